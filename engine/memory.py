@@ -1,0 +1,48 @@
+"""Memory per device in use: CPU RSS and system available, CUDA, MPS, MLX.
+
+Reads only libraries that are already imported: sampling memory never imports torch or
+mlx on its own.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryReading:
+    """One device's memory: ``used`` by this process, ``total``, and device extras."""
+
+    device: str
+    used_bytes: int
+    total_bytes: int | None
+    available_bytes: int | None = None
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+def sample_memory(devices: set[str]) -> tuple[MemoryReading, ...]:
+    """Readings for ``cpu`` and each device string in ``devices`` (``cuda:0``, ``mps``, ``mlx``)."""
+    import psutil
+
+    vm = psutil.virtual_memory()
+    readings = [MemoryReading("cpu", psutil.Process().memory_info().rss, vm.total, vm.available)]
+    torch = sys.modules.get("torch")
+    for device in sorted(devices):
+        if device.startswith("cuda") and torch is not None and torch.cuda.is_available():
+            index = int(device.partition(":")[2] or 0)
+            free, total = torch.cuda.mem_get_info(index)
+            readings.append(MemoryReading(device, torch.cuda.memory_allocated(index), total, free,
+                                          {"reserved": torch.cuda.memory_reserved(index),
+                                           "peak": torch.cuda.max_memory_allocated(index),
+                                           "device_used": total - free}))
+        elif device == "mps" and torch is not None and torch.backends.mps.is_available():
+            readings.append(MemoryReading("mps", torch.mps.current_allocated_memory(),
+                                          torch.mps.recommended_max_memory(),
+                                          extra={"driver": torch.mps.driver_allocated_memory()}))
+        elif device == "mlx" and "mlx.core" in sys.modules:
+            mx = sys.modules["mlx.core"]
+            readings.append(MemoryReading("mlx", mx.get_active_memory(), None,
+                                          extra={"peak": mx.get_peak_memory(),
+                                                 "cache": mx.get_cache_memory()}))
+    return tuple(readings)

@@ -1,0 +1,101 @@
+"""ModelRegistry: load each model once per key, share it, free it when unused."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from engine.backends.base import LoadRequest, Progress, no_progress
+from engine.placement import Placement
+
+
+@dataclass(frozen=True, slots=True)
+class ModelKey:
+    """What makes two loaded models the same one."""
+
+    stage: str
+    backend: str
+    model: str
+    device: str
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedModel:
+    """A model in the registry, with where it really lives."""
+
+    key: ModelKey
+    model: Any
+    actual_device: str
+    load_seconds: float
+    refs: int
+
+
+class _Entry:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()  # held while loading: a second caller waits, then shares
+        self.model: Any = None
+        self.load_seconds = 0.0
+        self.refs = 0
+
+
+class ModelRegistry:
+    """Thread-safe, reference-counted cache of loaded models."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[ModelKey, _Entry] = {}
+
+    @staticmethod
+    def key_for(placement: Placement) -> ModelKey:
+        return ModelKey(placement.stage, placement.backend, placement.model,
+                        str(placement.device), placement.dtype)
+
+    def acquire(self, placement: Placement, options: object,
+                progress: Progress = no_progress,
+                loader: Callable[[LoadRequest, Progress], Any] | None = None) -> Any:
+        """The model for ``placement``, loading it if no one holds it; adds a reference."""
+        key = self.key_for(placement)
+        with self._lock:
+            entry = self._entries.setdefault(key, _Entry())
+            entry.refs += 1
+        try:
+            with entry.lock:
+                if entry.model is None:
+                    load = loader or placement.spec.import_module().load
+                    request = LoadRequest(placement.model, placement.device, placement.dtype, options)
+                    start = time.perf_counter()
+                    entry.model = load(request, progress)
+                    entry.load_seconds = time.perf_counter() - start
+                return entry.model
+        except BaseException:
+            self._drop_ref(key)
+            raise
+
+    def release(self, placement: Placement) -> None:
+        """Drop one reference; the model is freed when none remain."""
+        self._drop_ref(self.key_for(placement))
+
+    def _drop_ref(self, key: ModelKey) -> None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return
+            entry.refs -= 1
+            if entry.refs <= 0:
+                del self._entries[key]
+                close = getattr(entry.model, "close", None)
+                if callable(close):
+                    close()
+
+    def loaded(self) -> tuple[LoadedModel, ...]:
+        """What is loaded now, for the GUI's status line and `devices`."""
+        with self._lock:
+            items = list(self._entries.items())
+        return tuple(
+            LoadedModel(k, e.model, getattr(e.model, "actual_device", "?"), e.load_seconds, e.refs)
+            for k, e in items if e.model is not None
+        )

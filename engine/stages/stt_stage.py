@@ -1,0 +1,63 @@
+"""STT stage: speech segments -> transcripts; partials become live-transcript events."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from engine.events import FinalTranscript, PartialTranscript
+from engine.messages import Message, SpeechSegment, SpeechStarted, Transcript
+from engine.stage import Stage, StageContext
+from engine.stages.vad_stage import PartialGate
+
+
+def stable_prefix(previous: str, current: str) -> tuple[str, str]:
+    """Split ``current`` into the words the previous partial agreed on, and the rest."""
+    prev_words, words = previous.split(), current.split()
+    n = 0
+    norm = lambda w: w.strip(".,!?;:").lower()  # noqa: E731
+    while n < min(len(prev_words), len(words)) and norm(prev_words[n]) == norm(words[n]):
+        n += 1
+    return " ".join(words[:n]), " ".join(words[n:])
+
+
+class SttStage(Stage):
+    """Runs the shared STT model in this unit's thread."""
+
+    def __init__(self, ctx: StageContext, model, language: str, gate: PartialGate) -> None:
+        super().__init__("stt", ctx, maxsize=8)
+        self.model = model
+        self.language = language
+        self.gate = gate
+        self._last_partial: dict[int, str] = {}
+
+    def process(self, msg: Message) -> Iterator[Message]:
+        if isinstance(msg, SpeechStarted):
+            return
+        if not isinstance(msg, SpeechSegment):
+            yield msg
+            return
+        unit, metrics = self.ctx.unit, self.ctx.metrics
+        if not msg.final:
+            if msg.revision < self.gate.latest:
+                metrics.dropped_stale("stt-partial")
+                return  # a newer partial (or the final segment) is already on its way
+            result = self.model.transcribe(msg.audio, self.language)
+            if self.is_stale(msg) or msg.revision < self.gate.latest:
+                return
+            stable, unstable = stable_prefix(self._last_partial.get(msg.turn_id, ""), result.text)
+            self._last_partial[msg.turn_id] = result.text
+            self.ctx.events.emit(PartialTranscript(unit, msg.turn_id, stable, unstable))
+            return
+        metrics.mark(unit, msg.turn_id, "stt_start", time.perf_counter(), overwrite=True)
+        result = self.model.transcribe(msg.audio, self.language)
+        if self.is_stale(msg):
+            return
+        text = result.text.strip()
+        metrics.mark(unit, msg.turn_id, "stt_done", time.perf_counter(), overwrite=True)
+        metrics.figure(unit, msg.turn_id, "stt_compute_s", result.compute_seconds)
+        metrics.figure(unit, msg.turn_id, "stt_rtf", result.real_time_factor)
+        metrics.set_transcript(unit, msg.turn_id, text)
+        self._last_partial.pop(msg.turn_id, None)
+        self.ctx.events.emit(FinalTranscript(unit, msg.turn_id, text))
+        yield Transcript(msg.turn_id, msg.generation, text, True, msg.t_speech_end)

@@ -1,0 +1,207 @@
+"""Turn-taking from per-frame speech probabilities: start, partials, end, reopen, commit.
+
+Pure logic, no threads: the VAD stage feeds it frames and turns its events into messages.
+A speech segment ends after ``min_silence_ms`` of silence; the turn is committed only
+after a further ``reopen_grace_ms`` without speech. Speech that resumes inside the grace
+reopens the same turn with the combined audio. With ``speculative`` on, the segment is
+sent at its end so STT and LLM overlap the grace; otherwise it is sent at the commit.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.config import TurnConfig, VadConfig
+
+_HYSTERESIS = 0.15  # below threshold - this counts as silence (as Silero's own iterator)
+
+
+class TurnState(enum.Enum):
+    IDLE = "idle"
+    SPEECH = "speech"
+    GRACE = "grace"  # segment ended; waiting to see whether the user resumes
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    t_start: float
+    resumed: bool  # speech came back inside the grace: the same turn goes on
+
+
+@dataclass(frozen=True, slots=True)
+class Partial:
+    audio: np.ndarray = field(repr=False)
+    t_speech_start: float
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentEnded:
+    """Speculative start: the speech stopped; the turn may still reopen."""
+
+    audio: np.ndarray = field(repr=False)
+    t_speech_start: float
+    t_speech_end: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reopened:
+    """Speech resumed after a speculative SegmentEnded: its work must be dropped."""
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """The turn is over. ``audio`` is the whole turn (also sent when speculative)."""
+
+    audio: np.ndarray = field(repr=False)
+    t_speech_start: float
+    t_speech_end: float
+    speculated: bool  # a SegmentEnded with this same audio was already sent
+
+
+TurnEvent = Started | Partial | SegmentEnded | Reopened | Committed
+
+
+class TurnDetector:
+    """Feed ``push(frame, probability, t_frame_start)`` for consecutive frames."""
+
+    def __init__(self, vad: VadConfig, turns: TurnConfig, frame_samples: int = 512,
+                 sample_rate: int = 16000) -> None:
+        self.frame_s = frame_samples / sample_rate
+        self.threshold = vad.threshold
+        self.silence_threshold = max(vad.threshold - _HYSTERESIS, 0.01)
+        self.start_frames = max(1, math.ceil(vad.min_speech_ms / 1000 / self.frame_s))
+        self.end_frames = max(1, math.ceil(vad.min_silence_ms / 1000 / self.frame_s))
+        self.grace_frames = math.ceil(turns.reopen_grace_ms / 1000 / self.frame_s)
+        self.pad_frames = math.ceil(vad.pad_ms / 1000 / self.frame_s)
+        self.speculative = turns.speculative
+        self.live = turns.live_transcription
+        self.live_interval = turns.live_transcription_interval
+        self._preroll: deque[tuple[np.ndarray, float]] = deque(maxlen=self.pad_frames + self.start_frames)
+        self.reset()
+
+    def reset(self) -> None:
+        self.state = TurnState.IDLE
+        self._frames: list[np.ndarray] = []  # the turn's audio, from its pre-roll on
+        # Each frame's own capture time: a file read faster than real time has no
+        # steady clock, so times are never extrapolated from the first frame.
+        self._times: list[float] = []
+        self._voiced_run = 0
+        self._silent_run = 0
+        self._last_voiced = 0  # index in _frames of the last voiced frame
+        self._t_start = 0.0
+        self._t_end = 0.0
+        self._t_run_start = 0.0
+        self._speculated = False
+        self._next_partial_at = 0.0
+        self._preroll.clear()
+
+    @property
+    def in_turn(self) -> bool:
+        return self.state is not TurnState.IDLE
+
+    def push(self, frame: np.ndarray, probability: float, t: float) -> list[TurnEvent]:
+        """One frame of ``frame_samples`` samples whose first sample is at time ``t``."""
+        voiced = probability >= self.threshold
+        if self.state is TurnState.IDLE:
+            return self._idle(frame, voiced, t)
+        self._frames.append(frame)
+        self._times.append(t)
+        silent = probability < self.silence_threshold
+        if self.state is TurnState.SPEECH:
+            return self._speech(voiced, silent, t)
+        return self._grace(voiced, silent, t)
+
+    def flush(self) -> list[TurnEvent]:
+        """The input ended: finish a turn in progress."""
+        if self.state is TurnState.IDLE:
+            return []
+        if self.state is TurnState.SPEECH:
+            self._t_end = self._t_frame_end(self._last_voiced)
+        return [self._commit()]
+
+    # --------------------------------------------------------------- states
+    def _idle(self, frame: np.ndarray, voiced: bool, t: float) -> list[TurnEvent]:
+        self._preroll.append((frame, t))
+        if not voiced:
+            self._voiced_run = 0
+            return []
+        if self._voiced_run == 0:
+            self._t_run_start = t
+        self._voiced_run += 1
+        if self._voiced_run < self.start_frames:
+            return []
+        # Speech confirmed: the turn's audio starts pad_frames before the first voiced frame.
+        preroll = list(self._preroll)
+        keep = min(len(preroll), self._voiced_run + self.pad_frames)
+        self._frames = [f for f, _t in preroll[len(preroll) - keep:]]
+        self._times = [t_ for _f, t_ in preroll[len(preroll) - keep:]]
+        self._t_start = self._t_run_start
+        self._last_voiced = len(self._frames) - 1
+        self._silent_run = 0
+        self.state = TurnState.SPEECH
+        self._next_partial_at = self.live_interval
+        return [Started(self._t_start, resumed=False)]
+
+    def _speech(self, voiced: bool, silent: bool, t: float) -> list[TurnEvent]:
+        events: list[TurnEvent] = []
+        if silent:
+            self._silent_run += 1
+        else:
+            self._silent_run = 0
+            self._last_voiced = len(self._frames) - 1
+        if self.live and self._silent_run == 0:
+            spoken = len(self._frames) * self.frame_s
+            if spoken >= self._next_partial_at:
+                events.append(Partial(self._audio(len(self._frames)), self._t_start))
+                # Back off for long turns: each partial re-decodes the whole turn.
+                self._next_partial_at = spoken + self.live_interval * max(1.0, spoken / 5.0)
+        if self._silent_run >= self.end_frames:
+            self._t_end = self._t_frame_end(self._last_voiced)
+            self.state = TurnState.GRACE
+            self._voiced_run = 0
+            if self.speculative and self.grace_frames > 0:
+                self._speculated = True
+                events.append(SegmentEnded(self._segment_audio(), self._t_start, self._t_end))
+            if self.grace_frames == 0:
+                events.append(self._commit())
+        return events
+
+    def _grace(self, voiced: bool, silent: bool, t: float) -> list[TurnEvent]:
+        self._silent_run = self._silent_run + 1 if silent else self._silent_run
+        if voiced:
+            self._voiced_run += 1
+            if self._voiced_run >= self.start_frames:
+                events: list[TurnEvent] = []
+                if self._speculated:
+                    events.append(Reopened())
+                    self._speculated = False
+                self.state = TurnState.SPEECH
+                self._silent_run = 0
+                self._last_voiced = len(self._frames) - 1
+                events.append(Started(t, resumed=True))
+                return events
+            return []  # a possible resumption: never commit in the middle of it
+        self._voiced_run = 0
+        if len(self._frames) - 1 - self._last_voiced >= self.end_frames + self.grace_frames:
+            return [self._commit()]
+        return []
+
+    # --------------------------------------------------------------- helpers
+    def _t_frame_end(self, index: int) -> float:
+        return self._times[index] + self.frame_s
+
+    def _audio(self, frames: int) -> np.ndarray:
+        return np.concatenate(self._frames[:frames]) if frames else np.zeros(0, np.float32)
+
+    def _segment_audio(self) -> np.ndarray:
+        return self._audio(min(len(self._frames), self._last_voiced + 1 + self.pad_frames))
+
+    def _commit(self) -> Committed:
+        event = Committed(self._segment_audio(), self._t_start, self._t_end, self._speculated)
+        self.reset()
+        return event

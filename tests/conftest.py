@@ -1,0 +1,38 @@
+"""Shared test set-up: offline hub, a persistent model cache, the real recordings."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# CI has no model hub: make every library fail fast instead of trying to download.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Converted models (SmolLM2 from GGUF, ~30 s) are kept between runs in the checkout.
+os.environ.setdefault("PARLEY_CACHE_DIR", str(ROOT / ".cache" / "parley-test"))
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+def _audio_dir() -> Path:
+    for candidate in (ROOT.parent / "shared" / "audio", ROOT / "resources" / "audio"):
+        if (candidate / "jfk.flac").exists():
+            return candidate
+    raise FileNotFoundError("shared/audio/jfk.flac not found next to the checkout")
+
+
+@pytest.fixture(scope="session")
+def audio_dir() -> Path:
+    return _audio_dir()
+
+
+@pytest.fixture(scope="session")
+def jfk_path(audio_dir: Path) -> Path:
+    return audio_dir / "jfk.flac"
+
+
+@pytest.fixture(scope="session")
+def one_two_three_path(audio_dir: Path) -> Path:
+    return audio_dir / "one_two_three_44k.wav"

@@ -1,0 +1,123 @@
+"""The whole pipeline in-process on the real offline models: turns, history, devices, stop."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from engine.audio.decode import load_audio
+from engine.audio.file_sink import FileSink
+from engine.audio.file_source import FileSource
+from engine.config import EngineConfig
+from engine.engine import Engine
+from engine.events import EngineError, FinalTranscript
+from engine.hub import HubStatus
+from engine.models import ModelRegistry
+from tests.helpers import normalize, speech_with_gap
+
+pytestmark = pytest.mark.slow
+FAST = {"turns.barge_in": "off"}  # no barge-in: fast input would interrupt every reply
+
+
+@pytest.fixture(scope="module")
+def registry():
+    """Models loaded once for the module; every Engine here shares them."""
+    return ModelRegistry()
+
+
+def make_engine(registry, **overrides) -> Engine:
+    config = EngineConfig().with_overrides({**FAST, **overrides})
+    engine = Engine(config, registry=registry, hub=HubStatus(offline=True))
+    engine.load()
+    return engine
+
+
+def converse(engine: Engine, audio: np.ndarray, realtime: bool = False, timeout: float = 240):
+    cfg = engine.config
+    trailing = (cfg.vad.min_silence_ms + cfg.turns.reopen_grace_ms) / 1000 + 0.5
+    source = FileSource(audio, realtime=realtime, trailing_silence_s=trailing)
+    sink = FileSink(None, realtime=realtime)
+    errors = []
+    engine.subscribe(lambda e: errors.append(e) if isinstance(e, EngineError) else None)
+    engine.start([source], [sink])
+    assert engine.wait_drained(timeout), "pipeline did not drain"
+    stuck = engine.stop()
+    assert not stuck and not errors, (stuck, errors)
+    return engine.metrics.turns(), sink
+
+
+def test_every_stage_runs_on_the_device_resolved_for_it(registry):
+    engine = make_engine(registry, device="cpu")
+    for stage, placement in engine.placements.items():
+        assert str(placement.device) == "cpu"
+        # actual_device is read back from the library that holds the weights.
+        assert engine.models[stage].actual_device == str(placement.device), stage
+    snapshot = engine.snapshot()
+    assert {p.stage: p.actual_device for p in snapshot.placements} == {
+        "vad": "cpu", "stt": "cpu", "llm": "cpu", "tts": "cpu"}
+    engine.release_models()
+
+
+def test_jfk_is_one_turn_transcribed_and_answered_with_audio(registry, jfk_path):
+    engine = make_engine(registry)
+    heard = []
+    engine.subscribe(lambda e: heard.append(e.text) if isinstance(e, FinalTranscript) else None)
+    turns, sink = converse(engine, load_audio(jfk_path))
+    assert len(turns) == 1, [t.transcript for t in turns]
+    turn = turns[0]
+    assert "ask not what your country can do for you" in normalize(turn.transcript)
+    assert heard == [turn.transcript]
+    assert turn.reply and turn.finished and not turn.cancelled
+    assert sink.seconds_played > 0.5
+    for mark in ("speech_end", "stt_done", "llm_first_token", "tts_first_text",
+                 "tts_first_audio", "audio_out_first"):
+        assert mark in turn.marks
+    order = [turn.marks[m] for m in ("stt_done", "llm_first_token", "tts_first_audio")]
+    assert order == sorted(order)
+    engine.release_models()
+
+
+def test_two_utterances_make_two_turns_and_history_carries_over(registry, one_two_three_path, jfk_path):
+    first = load_audio(one_two_three_path)
+    second = load_audio(jfk_path)[: int(4.6 * 16000)]  # "And so my fellow Americans, ask not"
+    engine = make_engine(registry)
+    turns, _sink = converse(engine, speech_with_gap(first, second, 1.5), realtime=True)
+    assert len(turns) == 2, [t.transcript for t in turns]
+    assert "one two three" in normalize(turns[0].transcript).replace("1", "one")
+    assert "fellow americans" in normalize(turns[1].transcript)
+    assert all(t.reply for t in turns)
+    assert turns[0].turn_id != turns[1].turn_id
+    assert turns[0].marks["speech_end"] < turns[1].marks["speech_start"]
+    # The second turn's prompt held the first exchange: the LLM saw it.
+    assert turns[1].llm_history_turns == 1 and turns[0].llm_history_turns == 0
+    exchanges = engine.units[0].conversation.exchanges()
+    assert [normalize(e.user) for e in exchanges] == [normalize(t.transcript) for t in turns]
+    assert exchanges[0].assistant == turns[0].reply
+    engine.release_models()
+
+
+def test_stop_mid_generation_returns_fast_and_leaves_no_thread(registry, jfk_path):
+    engine = make_engine(registry, **{"llm.max_new_tokens": "400", "llm.max_sentences": "50"})
+    source = FileSource(load_audio(jfk_path), realtime=False, trailing_silence_s=2.0)
+    sink = FileSink(None, realtime=True)
+    engine.start([source], [sink])
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        turns = engine.metrics.turns()
+        if turns and "llm_first_token" in turns[-1].marks:
+            break
+        time.sleep(0.01)
+    else:
+        pytest.fail("the LLM never started")
+    started = time.perf_counter()
+    stuck = engine.stop(timeout=2.0)
+    elapsed = time.perf_counter() - started
+    assert not stuck and elapsed < 2.0, (stuck, elapsed)
+    assert engine.threads_alive() == []
+    alive = [t.name for t in threading.enumerate() if t.name.startswith("parley")]
+    assert alive == []
+    assert not engine.metrics.turns()[-1].finished  # it really was cut off mid-reply
+    engine.release_models()

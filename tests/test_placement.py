@@ -1,0 +1,94 @@
+"""Placement: per-stage devices, auto choices, and the errors before any model loads."""
+
+import pytest
+
+from engine.backends import BackendRegistry, BackendSpec
+from engine.config import EngineConfig
+from engine.devices import Device, DeviceInfo, discover_devices, parse_device
+from engine.errors import ConfigError, DeviceError, MissingDependencyError
+from engine.hub import HubStatus
+from engine.placement import resolve_placements
+
+OFFLINE = HubStatus(offline=True)
+CPU_ONLY = [DeviceInfo(Device("cpu"), "CPU", True),
+            DeviceInfo(Device("cuda", 0), "CUDA", False, "no NVIDIA GPU found"),
+            DeviceInfo(Device("mps"), "Apple GPU", False, "MPS exists only on macOS"),
+            DeviceInfo(Device("mlx"), "MLX", True)]
+ONE_GPU = [DeviceInfo(Device("cpu"), "CPU", True),
+           DeviceInfo(Device("cuda", 0), "NVIDIA H200", True, total_bytes=2**37, free_bytes=2**36),
+           DeviceInfo(Device("mps"), "Apple GPU", False, "MPS exists only on macOS")]
+
+
+def test_parse_device_strings():
+    assert parse_device("auto") is None
+    assert parse_device("cuda") == Device("cuda", 0)
+    assert str(parse_device("CUDA:2")) == "cuda:2"
+    with pytest.raises(DeviceError, match="'stt.device' = 'gpu' is not a device"):
+        parse_device("gpu", "stt.device")
+    with pytest.raises(DeviceError, match="only CUDA devices take an index"):
+        parse_device("mps:1")
+
+
+def test_discovery_lists_every_kind_and_cpu_is_present():
+    devices = discover_devices()
+    assert [d.device.kind for d in devices][:1] == ["cpu"] and devices[0].available
+    assert {d.device.kind for d in devices} == {"cpu", "cuda", "mps", "mlx"}
+    assert all(d.available or d.reason for d in devices)
+
+
+def test_offline_auto_picks_the_bundled_stack_on_cpu():
+    placements = resolve_placements(EngineConfig(), CPU_ONLY, hub=OFFLINE)
+    assert {s: p.backend for s, p in placements.items()} == {
+        "vad": "silero", "stt": "faster-whisper", "llm": "transformers", "tts": "piper"}
+    assert all(str(p.device) == "cpu" for p in placements.values())
+    assert placements["stt"].bundled and placements["llm"].bundled and placements["tts"].bundled
+    assert placements["llm"].model.endswith(".gguf")
+    assert any("bundled offline model" in n for p in placements.values() for n in p.notes)
+
+
+def test_global_device_and_per_stage_override():
+    config = EngineConfig().with_overrides({"device": "cuda", "stt.model": "/models/whisper",
+                                            "llm.model": "/models/lm", "tts.device": "cpu"})
+    placements = resolve_placements(config, ONE_GPU, hub=OFFLINE)
+    assert str(placements["stt"].device) == "cuda:0"
+    assert str(placements["llm"].device) == "cuda:0"
+    assert str(placements["tts"].device) == "cpu"
+    assert str(placements["vad"].device) == "cpu"  # silero runs on the CPU only: noted
+    assert any("cannot run on cuda:0" in n for n in placements["vad"].notes)
+
+
+def test_missing_gpu_names_the_stage_and_the_devices_present():
+    config = EngineConfig().with_overrides({"llm.device": "cuda:3"})
+    with pytest.raises(DeviceError) as info:
+        resolve_placements(config, CPU_ONLY, hub=OFFLINE)
+    message = str(info.value)
+    assert "llm stage" in message and "cuda:3" in message and "devices present: cpu, mlx" in message
+    with pytest.raises(DeviceError, match="no such GPU.*cpu, cuda:0"):
+        resolve_placements(config, ONE_GPU, hub=OFFLINE)
+
+
+def test_backend_that_cannot_run_on_the_device_is_refused():
+    config = EngineConfig().with_overrides({"stt.backend": "faster-whisper", "stt.device": "mps"})
+    with pytest.raises(DeviceError, match="stt stage: backend 'faster-whisper' cannot run on mps"):
+        resolve_placements(config, CPU_ONLY, hub=OFFLINE)
+
+
+def test_unknown_backend_lists_the_choices():
+    config = EngineConfig().with_overrides({"tts.backend": "espeak"})
+    with pytest.raises(ConfigError) as info:
+        resolve_placements(config, CPU_ONLY, hub=OFFLINE)
+    assert "'tts.backend' = 'espeak'" in str(info.value) and "piper" in str(info.value)
+
+
+def test_missing_optional_package_gives_the_pip_command():
+    registry = BackendRegistry((
+        BackendSpec("vad", "silero", "engine.backends.vad.silero", ("silero_vad",), "offline", ("cpu",)),
+        BackendSpec("stt", "mlx-whisper", "engine.backends.stt.mlx_whisper",
+                    ("mlx_whisper_not_installed_here",), "mlx", ("mlx",)),
+    ))
+    config = EngineConfig().with_overrides({"stt.device": "mlx"})
+    from engine.placement import _Resolver
+
+    with pytest.raises(MissingDependencyError) as info:
+        _Resolver(config, CPU_ONLY, registry, OFFLINE).resolve("stt")
+    assert "pip install 'parley[mlx]'" in str(info.value)

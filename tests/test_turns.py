@@ -1,0 +1,99 @@
+"""Turn-taking logic on frame probabilities: start, end, reopen, commit, partials."""
+
+import numpy as np
+import pytest
+
+from engine.config import TurnConfig, VadConfig
+from engine.turns import Committed, Partial, Reopened, SegmentEnded, Started, TurnDetector
+
+FRAME = 512
+FRAME_S = FRAME / 16000
+
+
+def run(detector, pattern, start_t=100.0):
+    """Feed (probability, seconds) runs; return (time, event) pairs."""
+    events, t = [], start_t
+    for prob, seconds in pattern:
+        for _ in range(round(seconds / FRAME_S)):
+            frame = np.full(FRAME, prob, np.float32)
+            events += [(t, e) for e in detector.push(frame, prob, t)]
+            t += FRAME_S
+    events += [(t, e) for e in detector.flush()]
+    return events
+
+
+def kinds(events):
+    return [type(e).__name__ for _, e in events]
+
+
+def make(speculative=False, grace=500, silence=500, live=False):
+    return TurnDetector(VadConfig(min_silence_ms=silence, min_speech_ms=200, pad_ms=300),
+                        TurnConfig(reopen_grace_ms=grace, speculative=speculative,
+                                   live_transcription=live, live_transcription_interval=0.5))
+
+
+def test_one_utterance_gives_start_then_commit_with_padded_audio():
+    events = run(make(), [(0.0, 1.0), (0.9, 2.0), (0.0, 2.0)])
+    assert kinds(events) == ["Started", "Committed"]
+    started, committed = events[0][1], events[1][1]
+    assert started.t_start == pytest.approx(101.0, abs=FRAME_S)
+    assert committed.t_speech_end == pytest.approx(103.0, abs=FRAME_S)
+    # The commit comes after min_silence + grace of silence.
+    assert events[1][0] - committed.t_speech_end == pytest.approx(1.0, abs=2 * FRAME_S)
+    # Audio: 2 s of speech plus ~0.3 s padding on each side.
+    assert committed.audio.size / 16000 == pytest.approx(2.6, abs=0.1)
+
+
+def test_pause_shorter_than_silence_plus_grace_keeps_one_turn():
+    events = run(make(), [(0.9, 1.0), (0.0, 0.7), (0.9, 1.0), (0.0, 2.0)])
+    assert kinds(events) == ["Started", "Started", "Committed"]
+    assert events[1][1].resumed
+    assert events[2][1].audio.size / 16000 == pytest.approx(3.0, abs=0.15)
+
+
+def test_long_pause_gives_two_turns():
+    events = run(make(), [(0.9, 1.0), (0.0, 1.5), (0.9, 1.0), (0.0, 2.0)])
+    assert kinds(events) == ["Started", "Committed", "Started", "Committed"]
+    assert not events[2][1].resumed
+
+
+def test_speculative_segment_then_reopen_then_commit():
+    events = run(make(speculative=True), [(0.9, 1.0), (0.0, 0.7), (0.9, 1.0), (0.0, 2.0)])
+    assert kinds(events) == ["Started", "SegmentEnded", "Reopened", "Started", "SegmentEnded", "Committed"]
+    first_seg, final_seg, commit = events[1][1], events[4][1], events[5][1]
+    assert final_seg.audio.size > first_seg.audio.size  # the combined audio
+    assert commit.speculated and np.array_equal(commit.audio, final_seg.audio)
+    # The speculative segment goes out after min_silence, well before the commit.
+    assert events[1][0] - first_seg.t_speech_end == pytest.approx(0.5, abs=2 * FRAME_S)
+
+
+def test_speech_shorter_than_min_speech_is_ignored():
+    assert run(make(), [(0.0, 0.5), (0.9, 0.1), (0.0, 2.0)]) == []
+
+
+def test_live_partials_grow_while_speaking():
+    events = run(make(live=True), [(0.9, 2.0), (0.0, 2.0)])
+    partials = [e for _, e in events if isinstance(e, Partial)]
+    assert len(partials) >= 2
+    sizes = [p.audio.size for p in partials]
+    assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
+
+
+def test_end_of_input_commits_the_turn_in_progress():
+    detector = make()
+    events = run(detector, [(0.9, 1.0)])
+    assert kinds(events) == ["Started", "Committed"]
+    assert isinstance(events[-1][1], Committed)
+
+
+def test_zero_grace_commits_at_segment_end():
+    events = run(make(grace=0), [(0.9, 1.0), (0.0, 1.0)])
+    assert kinds(events) == ["Started", "Committed"]
+    assert not any(isinstance(e, (SegmentEnded, Reopened)) for _, e in events)
+    assert isinstance(events[0][1], Started)
+
+
+def test_resumption_confirmed_after_the_grace_still_continues_the_turn():
+    # Speech resumes 0.95 s into a 1.0 s end-of-turn wait; confirming it takes 0.2 s more.
+    events = run(make(), [(0.9, 1.0), (0.0, 0.95), (0.9, 1.0), (0.0, 2.0)])
+    assert kinds(events) == ["Started", "Started", "Committed"]
