@@ -51,3 +51,42 @@ class TurnControl:
                 return False
             action()
             return True
+
+
+class TurnGate:
+    """Holds a turn's user-visible events until the turn is committed.
+
+    With speculative turns, STT and LLM run while the user may still resume. Their final
+    transcript and reply text must not reach listeners (the GUI) before the turn is
+    committed, and never if the revision is dropped: ``emit`` buffers them, ``commit``
+    releases those still current, and stale ones are discarded.
+    """
+
+    def __init__(self, control: TurnControl, emit: Callable[[object], None]) -> None:
+        self._control = control
+        self._emit = emit
+        self._lock = threading.Lock()
+        self._committed: set[int] = set()
+        self._pending: dict[int, list[tuple[int, object]]] = {}
+
+    def emit(self, turn_id: int, generation: int, event: object) -> None:
+        """Pass ``event`` on now if its turn is committed, else hold it."""
+        with self._lock:
+            if self._control.is_stale(generation):
+                return
+            if turn_id not in self._committed:
+                self._pending.setdefault(turn_id, []).append((generation, event))
+                return
+        self._emit(event)
+
+    def commit(self, turn_id: int) -> None:
+        """The turn is final: release its held events of the current generation."""
+        with self._lock:
+            self._committed.add(turn_id)
+            held = self._pending.pop(turn_id, [])
+            # Committed ids only grow; keep the set small on long sessions.
+            if len(self._committed) > 64:
+                self._committed = {t for t in self._committed if t > turn_id - 32}
+        for generation, event in held:
+            if not self._control.is_stale(generation):
+                self._emit(event)

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from engine.control import TurnControl
+from engine.control import TurnControl, TurnGate
 from engine.errors import ParleyError
 from engine.events import EngineError, EventHub
 from engine.messages import EndOfStream, Message
@@ -33,6 +33,7 @@ class StageContext:
         self.metrics = metrics
         self.events = events
         self.stopping = threading.Event()
+        self.gate = TurnGate(control, events.emit)
 
 
 class Stage:

@@ -74,5 +74,5 @@ class LlmStage(Stage):
         if text:
             self.ctx.metrics.mark(self.ctx.unit, turn, "tts_first_text", time.perf_counter())
             self.ctx.metrics.add_reply(self.ctx.unit, turn, text + " ")
-            self.ctx.events.emit(ReplyText(self.ctx.unit, turn, text))
+            self.ctx.gate.emit(turn, gen, ReplyText(self.ctx.unit, turn, text))
         return TextChunk(turn, gen, text, last)

@@ -59,5 +59,5 @@ class SttStage(Stage):
         metrics.figure(unit, msg.turn_id, "stt_rtf", result.real_time_factor)
         metrics.set_transcript(unit, msg.turn_id, text)
         self._last_partial.pop(msg.turn_id, None)
-        self.ctx.events.emit(FinalTranscript(unit, msg.turn_id, text))
+        self.ctx.gate.emit(msg.turn_id, msg.generation, FinalTranscript(unit, msg.turn_id, text))
         yield Transcript(msg.turn_id, msg.generation, text, True, msg.t_speech_end)

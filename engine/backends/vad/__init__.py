@@ -1,0 +1,1 @@
+"""Voice activity detection backends (one module per backend, imported lazily by name)."""
