@@ -1,0 +1,1 @@
+"""Language-model backends (one module per backend, imported lazily by name)."""

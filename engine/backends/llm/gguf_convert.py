@@ -1,0 +1,134 @@
+"""Turn a GGUF file into a cached safetensors folder, once.
+
+transformers reads GGUF by dequantizing every tensor (~27 s for SmolLM2-135M on a 2-core
+CPU), and a model loaded that way cannot ``save_pretrained``. So the first load copies
+the dequantized weights into a fresh model of the same config and saves that, with the
+tokenizer (and its chat template) and the generation config, under
+``cache_dir()/models/<stem>-<key>``. Later loads read the folder in well under a second.
+
+The key hashes the file's name, size and modification time: reinstalling or replacing
+the GGUF gives a new folder, and no 100 MB content hash runs on every start. The folder
+is written under a temporary name and renamed into place only when complete, so an
+interrupted conversion never leaves a folder that looks finished.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from engine.backends.base import Progress, no_progress
+from engine.errors import ModelError
+from engine.paths import cache_dir
+
+#: Written last into a converted folder; its presence means the folder is complete.
+SOURCE_FILE = "parley_source.json"
+_STALE_TEMP_SECONDS = 3600
+_lock = threading.Lock()  # one conversion at a time in this process
+
+
+def cached_folder_path(gguf_path: str | Path) -> Path:
+    """Where the converted copy of ``gguf_path`` lives (whether or not it exists yet)."""
+    gguf = Path(gguf_path)
+    try:
+        st = gguf.stat()
+    except FileNotFoundError:
+        raise ModelError(f"GGUF model file not found: {gguf}") from None
+    key = hashlib.sha256(f"{gguf.name}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
+    return cache_dir() / "models" / f"{gguf.stem}-{key}"
+
+
+def is_converted(folder: Path) -> bool:
+    """True when ``folder`` is a complete conversion."""
+    return (folder / SOURCE_FILE).is_file() and (folder / "model.safetensors").is_file()
+
+
+def converted_folder(gguf_path: str | Path, progress: Progress = no_progress) -> Path:
+    """The safetensors folder for ``gguf_path``, converting the GGUF the first time.
+
+    Raises ModelError if the file is missing, is not a GGUF model transformers can read,
+    or the cache folder cannot be written.
+    """
+    gguf = Path(gguf_path).expanduser()
+    if not gguf.is_file():
+        raise ModelError(f"GGUF model file not found: {gguf}")
+    folder = cached_folder_path(gguf)
+    if is_converted(folder):
+        return folder
+    with _lock:
+        if is_converted(folder):  # another thread converted it while we waited
+            return folder
+        return _convert(gguf, folder, progress)
+
+
+def _convert(gguf: Path, folder: Path, progress: Progress) -> Path:
+    parent = folder.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ModelError(f"cannot create the model cache folder {parent}: {exc.strerror}") from None
+    _remove_stale_temps(parent, folder.name)
+    if folder.exists():  # a folder without the marker was not written by us: replace it
+        shutil.rmtree(folder, ignore_errors=True)
+    progress(None, f"converting {gguf.name} to safetensors once, ~30 s")
+    started = time.perf_counter()
+    temp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=parent))
+    try:
+        _write_folder(gguf, temp)
+        seconds = time.perf_counter() - started
+        source = {"gguf": str(gguf), "size": gguf.stat().st_size,
+                  "mtime_ns": gguf.stat().st_mtime_ns, "conversion_seconds": round(seconds, 2)}
+        (temp / SOURCE_FILE).write_text(json.dumps(source, indent=2), encoding="utf-8")
+        try:
+            os.rename(temp, folder)
+        except OSError:
+            if not is_converted(folder):  # not a concurrent winner: a real failure
+                raise
+            shutil.rmtree(temp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    progress(1.0, f"converted {gguf.name} in {time.perf_counter() - started:.1f} s")
+    return folder
+
+
+def _write_folder(gguf: Path, out: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                      dtype=torch.float32)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise ModelError(f"cannot read GGUF model {gguf}: {exc}") from None
+    config = loaded.config
+    # The copy is a plain float model: keep the GGUF marker out of its config, or a later
+    # load would look for the .gguf file again.
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = fresh.load_state_dict(loaded.state_dict(), strict=False)
+    if missing or unexpected:
+        raise ModelError(f"cannot convert GGUF model {gguf}: tensors missing {missing[:5]}, "
+                         f"unexpected {unexpected[:5]}")
+    fresh.generation_config = loaded.generation_config
+    fresh.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def _remove_stale_temps(parent: Path, name: str) -> None:
+    """Drop temp folders left by conversions that were killed (older than an hour)."""
+    now = time.time()
+    for temp in parent.glob(f".{name}.tmp-*"):
+        try:
+            if now - temp.stat().st_mtime > _STALE_TEMP_SECONDS:
+                shutil.rmtree(temp, ignore_errors=True)
+        except OSError:
+            pass

