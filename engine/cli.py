@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("input", help="recording streamed at real time")
     bench.add_argument("--runs", type=int, default=3, help="number of runs (default 3)")
     bench.add_argument("--json", action="store_true")
+    bench.add_argument("--compare", metavar="KEY=A,B", action="append", default=[],
+                       help="measure each value of a setting side by side in one run, "
+                            "e.g. --compare turns.speculative=false,true (runs interleave)")
     add_config_flags(bench)
     return parser
 

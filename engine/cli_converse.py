@@ -22,9 +22,9 @@ def _progress(stage: str, fraction: float | None, text: str) -> None:
     print(f"[{stage}{pct}] {text}", file=sys.stderr, flush=True)
 
 
-def prepare_engine(config: EngineConfig) -> Engine:
+def prepare_engine(config: EngineConfig, registry=None) -> Engine:
     """Resolve placements (errors before any model loads), show the choices, load."""
-    engine = Engine(config)
+    engine = Engine(config, registry=registry)
     for placement in engine.placements.values():
         print(f"[{placement.stage}] {placement.describe()}", file=sys.stderr)
     for note in engine.notes:
@@ -117,33 +117,59 @@ def run_converse(args: argparse.Namespace, config: EngineConfig) -> int:
     return 1 if errors else 0
 
 
+def bench_variants(config: EngineConfig, compare: list[str]) -> list[tuple[str, EngineConfig]]:
+    """``--compare key=a,b`` -> [("key=a", config_a), ("key=b", config_b)] (cartesian)."""
+    variants = [("", config)]
+    for spec in compare:
+        key, sep, values = spec.partition("=")
+        if not sep or not values:
+            raise ParleyError(f"--compare {spec!r}: expected KEY=VALUE1,VALUE2 (e.g. turns.speculative=false,true)")
+        variants = [(f"{label} {key}={value}".strip(), cfg.with_overrides({key: value}))
+                    for label, cfg in variants for value in values.split(",")]
+    return variants
+
+
 def run_bench(args: argparse.Namespace, config: EngineConfig) -> int:
     audio = _load_input(args.input)
-    engine = prepare_engine(config)
-    runs = []
+    variants = bench_variants(config, args.compare)
+    from engine.models import ModelRegistry
+
+    registry = ModelRegistry()  # variants that differ only at run time share models
+    engines = []
     try:
+        for label, cfg in variants:
+            if label:
+                print(f"variant {label}:", file=sys.stderr)
+            engines.append(prepare_engine(cfg, registry))
+        runs: dict[str, list[list[dict]]] = {label: [] for label, _ in variants}
         for run in range(args.runs):
-            turns, errors = run_recording(engine, audio, None, realtime=True, echo=False)
-            if errors:
-                raise ParleyError(f"bench run {run + 1} failed: {'; '.join(errors)}")
-            if not turns:
-                raise NoSpeechError(f"no speech found in {args.input}: nothing to measure")
-            runs.append([turn_dict(t) for t in turns])
-            v2v = [t["voice_to_voice_s"] for t in runs[-1] if t["voice_to_voice_s"] is not None]
-            print(f"run {run + 1}/{args.runs}: {len(turns)} turn(s), voice-to-voice "
-                  + ", ".join(f"{v * 1000:.0f} ms" for v in v2v), file=sys.stderr)
-        placements = [placement_dict(p, getattr(engine.models.get(s), "actual_device", None))
-                      for s, p in engine.placements.items()]
+            for (label, _cfg), engine in zip(variants, engines):  # interleaved: fair to both
+                turns, errors = run_recording(engine, audio, None, realtime=True, echo=False)
+                if errors:
+                    raise ParleyError(f"bench run {run + 1} failed: {'; '.join(errors)}")
+                if not turns:
+                    raise NoSpeechError(f"no speech found in {args.input}: nothing to measure")
+                runs[label].append([turn_dict(t) for t in turns])
+                v2v = [t["voice_to_voice_s"] for t in runs[label][-1] if t["voice_to_voice_s"] is not None]
+                print(f"run {run + 1}/{args.runs}{' ' + label if label else ''}: {len(turns)} turn(s), "
+                      "voice-to-voice " + ", ".join(f"{v * 1000:.0f} ms" for v in v2v), file=sys.stderr)
+        placements = [placement_dict(p, getattr(engines[0].models.get(s), "actual_device", None))
+                      for s, p in engines[0].placements.items()]
     finally:
-        engine.close()
-    summary = bench_summary([t for run in runs for t in run])
+        for engine in engines:
+            engine.close()
+    summaries = {label: bench_summary([t for run in runs[label] for t in run]) for label in runs}
     if args.json:
         from engine.cli import write_json
 
         write_json({"input": args.input, "runs": args.runs, "placements": placements,
                     "config": {k: (v.value if hasattr(v, "value") else v)
                                for k, v in config.flat().items()},
-                    "summary": summary, "turns": runs})
+                    "variants": [{"variant": label, "summary": summaries[label], "turns": runs[label]}
+                                 for label in runs]})
     else:
-        print(format_bench(summary))
+        for label, summary in summaries.items():
+            if label:
+                print(f"\n== {label}")
+            print(format_bench(summary))
     return 0

@@ -28,8 +28,10 @@ class BargeIn(enum.Enum):
     OFF = "off"  # never cut off (file input processed as fast as possible)
 
 
-def _range(lo: float | None = None, hi: float | None = None, help: str = "") -> dict:
-    return {"min": lo, "max": hi, "help": help}
+def _range(lo: float | None = None, hi: float | None = None, help: str = "",
+           runtime: bool = False) -> dict:
+    """Field metadata: bounds, help text, and whether changing it needs no model reload."""
+    return {"min": lo, "max": hi, "help": help, "runtime": runtime}
 
 
 @dataclass(frozen=True)
@@ -39,10 +41,10 @@ class VadConfig:
     backend: str = field(default="silero", metadata=_range(help="VAD backend"))
     model: str = field(default=_AUTO, metadata=_range(help="VAD model file, or auto (bundled)"))
     device: str = field(default=_AUTO, metadata=_range(help="device for the VAD"))
-    threshold: float = field(default=0.5, metadata=_range(0.01, 0.99, "speech probability threshold"))
-    min_speech_ms: int = field(default=200, metadata=_range(0, 5000, "shortest speech that starts a turn"))
-    min_silence_ms: int = field(default=600, metadata=_range(32, 10000, "silence that ends a speech segment"))
-    pad_ms: int = field(default=300, metadata=_range(0, 2000, "audio kept before and after speech"))
+    threshold: float = field(default=0.5, metadata=_range(0.01, 0.99, "speech probability threshold", runtime=True))
+    min_speech_ms: int = field(default=200, metadata=_range(0, 5000, "shortest speech that starts a turn", runtime=True))
+    min_silence_ms: int = field(default=300, metadata=_range(32, 10000, "silence that ends a speech segment", runtime=True))
+    pad_ms: int = field(default=300, metadata=_range(0, 2000, "audio kept before and after speech", runtime=True))
 
 
 @dataclass(frozen=True)
@@ -67,11 +69,11 @@ class LlmConfig:
     dtype: str = field(default=_AUTO, metadata=_range(help="weights dtype (auto, float32, float16, bfloat16)"))
     system_prompt: str = field(
         default="You are Parley, a friendly voice assistant. Reply in one or two short spoken sentences.",
-        metadata=_range(help="system prompt"),
+        metadata=_range(help="system prompt", runtime=True),
     )
-    max_new_tokens: int = field(default=60, metadata=_range(1, 4096, "token cap per reply"))
-    max_sentences: int = field(default=3, metadata=_range(1, 50, "sentence cap per spoken reply"))
-    history_turns: int = field(default=6, metadata=_range(0, 100, "past turns kept in the prompt"))
+    max_new_tokens: int = field(default=60, metadata=_range(1, 4096, "token cap per reply", runtime=True))
+    max_sentences: int = field(default=3, metadata=_range(1, 50, "sentence cap per spoken reply", runtime=True))
+    history_turns: int = field(default=6, metadata=_range(0, 100, "past turns kept in the prompt", runtime=True))
     temperature: float = field(default=0.0, metadata=_range(0.0, 2.0, "0 is greedy"))
     repetition_penalty: float = field(default=1.3, metadata=_range(1.0, 3.0, "penalty on repeated tokens"))
     no_repeat_ngram_size: int = field(default=4, metadata=_range(0, 20, "forbid repeating n-grams (0 off)"))
@@ -101,8 +103,8 @@ class AudioConfig:
 class TurnConfig:
     """How turns are taken, reopened and interrupted."""
 
-    reopen_grace_ms: int = field(default=600, metadata=_range(0, 5000, "wait after a segment before the turn ends"))
-    speculative: bool = field(default=False, metadata=_range(help="start STT/LLM during the reopen grace"))
+    reopen_grace_ms: int = field(default=900, metadata=_range(0, 5000, "wait after a segment before the turn ends"))
+    speculative: bool = field(default=True, metadata=_range(help="start STT/LLM during the reopen grace"))
     live_transcription: bool = field(default=False, metadata=_range(help="transcribe while the user speaks"))
     live_transcription_interval: float = field(default=0.5, metadata=_range(0.1, 10.0, "seconds between partials"))
     barge_in: BargeIn = field(default=BargeIn.FULL_DUPLEX, metadata=_range(help="barge-in mode"))

@@ -117,7 +117,7 @@ class Engine:
 
     def release_models(self) -> None:
         for stage in list(self.models):
-            self.registry.release(self.placements[stage])
+            self.registry.release(self.placements[stage], self.config.stage_config(stage))
             del self.models[stage]
 
     def start(self, sources: Sequence[AudioSource], sinks: Sequence[AudioSink]) -> None:

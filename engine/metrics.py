@@ -24,6 +24,8 @@ MARKS = (
     "tts_first_audio",  # TTS produced its first audio
     "audio_out_first",  # first reply sample heard (sink's clock)
     "reply_done",  # last reply chunk handed to the sink
+    "llm_stopped",  # generation was cut off (barge-in, reopened turn)
+    "barge_in",  # the user's new speech cut this reply off
 )
 
 
@@ -47,6 +49,7 @@ class TurnRecord:
     llm_history_turns: int = 0
     stt_rtf: float | None = None
     tts_rtf: float | None = None
+    tts_audio_s: float = 0.0
     dropped_revisions: int = 0
 
     def since_speech_end(self, mark: str) -> float | None:
@@ -109,6 +112,7 @@ class _Turn:
     cancelled: bool = False
     finished: bool = False
     figures: dict[str, float] = field(default_factory=dict)
+    min_generation: int = 0  # work of older generations (a dropped revision) is ignored
 
 
 class Metrics:
@@ -134,42 +138,61 @@ class Metrics:
                 self._turns.pop(self._order.popleft(), None)
         return turn
 
-    def mark(self, unit: int, turn_id: int, name: str, t: float, overwrite: bool = False) -> None:
-        """Record ``name`` at ``t``; the first write wins unless ``overwrite``."""
-        with self._lock:
-            marks = self._turn(unit, turn_id).marks
-            if overwrite or name not in marks:
-                marks[name] = t
+    def _current(self, unit: int, turn_id: int, generation: int | None) -> _Turn | None:
+        turn = self._turn(unit, turn_id)
+        return None if generation is not None and generation < turn.min_generation else turn
 
-    def figure(self, unit: int, turn_id: int, name: str, value: float, add: bool = False) -> None:
+    def mark(self, unit: int, turn_id: int, name: str, t: float, overwrite: bool = False,
+             generation: int | None = None) -> None:
+        """Record ``name`` at ``t``; the first write wins unless ``overwrite``.
+
+        Writes made under a ``generation`` older than the turn's current revision are
+        ignored, so a dropped revision cannot leave marks behind.
+        """
+        with self._lock:
+            turn = self._current(unit, turn_id, generation)
+            if turn is not None and (overwrite or name not in turn.marks):
+                turn.marks[name] = t
+
+    def figure(self, unit: int, turn_id: int, name: str, value: float, add: bool = False,
+               generation: int | None = None) -> None:
         """Record a per-turn figure (compute seconds, tokens/s...)."""
         with self._lock:
-            figures = self._turn(unit, turn_id).figures
-            figures[name] = figures.get(name, 0.0) + value if add else value
+            turn = self._current(unit, turn_id, generation)
+            if turn is not None:
+                turn.figures[name] = turn.figures.get(name, 0.0) + value if add else value
 
-    def figure_once(self, unit: int, turn_id: int, name: str, value: float) -> bool:
+    def figure_once(self, unit: int, turn_id: int, name: str, value: float,
+                    generation: int | None = None) -> bool:
         """Record a figure only if the turn has none of that name yet; True if recorded."""
         with self._lock:
-            figures = self._turn(unit, turn_id).figures
-            if name in figures:
+            turn = self._current(unit, turn_id, generation)
+            if turn is None or name in turn.figures:
                 return False
-            figures[name] = value
+            turn.figures[name] = value
             return True
 
-    def set_transcript(self, unit: int, turn_id: int, text: str) -> None:
+    def set_transcript(self, unit: int, turn_id: int, text: str, generation: int | None = None) -> None:
         with self._lock:
-            self._turn(unit, turn_id).transcript = text
+            turn = self._current(unit, turn_id, generation)
+            if turn is not None:
+                turn.transcript = text
 
-    def add_reply(self, unit: int, turn_id: int, text: str) -> None:
+    def add_reply(self, unit: int, turn_id: int, text: str, generation: int | None = None) -> None:
         with self._lock:
-            self._turn(unit, turn_id).reply.append(text)
+            turn = self._current(unit, turn_id, generation)
+            if turn is not None:
+                turn.reply.append(text)
 
-    def reset_turn_work(self, unit: int, turn_id: int) -> None:
-        """A reopened turn: forget the dropped revision's work, count the drop."""
+    def reset_turn_work(self, unit: int, turn_id: int, generation: int) -> None:
+        """A reopened turn: forget the dropped revision's work, count the drop.
+
+        ``generation`` is the new revision's; later writes from older ones are ignored.
+        """
         with self._lock:
             turn = self._turn(unit, turn_id)
-            keep = {k: v for k, v in turn.marks.items() if k == "speech_start"}
-            turn.marks = keep
+            turn.min_generation = generation
+            turn.marks = {k: v for k, v in turn.marks.items() if k == "speech_start"}
             turn.reply.clear()
             turn.transcript = ""
             dropped = turn.figures.get("dropped_revisions", 0.0) + 1
@@ -237,5 +260,6 @@ class Metrics:
             llm_history_turns=int(f.get("llm_history_turns", 0)),
             stt_rtf=f.get("stt_rtf"),
             tts_rtf=(f["tts_compute_s"] / f["tts_audio_s"]) if f.get("tts_audio_s") else None,
+            tts_audio_s=f.get("tts_audio_s", 0.0),
             dropped_revisions=int(f.get("dropped_revisions", 0)),
         )

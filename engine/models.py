@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +22,7 @@ class ModelKey:
     model: str
     device: str
     dtype: str
+    options: tuple = ()  # the stage settings a backend reads at load time (voice, beam size...)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +34,17 @@ class LoadedModel:
     actual_device: str
     load_seconds: float
     refs: int
+
+
+_PLACEMENT_FIELDS = {"backend", "model", "device", "dtype"}
+
+
+def load_options(options: object) -> tuple:
+    """The (name, value) pairs of a stage config that affect loading its model."""
+    if options is None or not dataclasses.is_dataclass(options):
+        return ()
+    return tuple((f.name, getattr(options, f.name)) for f in dataclasses.fields(options)
+                 if f.name not in _PLACEMENT_FIELDS and not f.metadata.get("runtime"))
 
 
 class _Entry:
@@ -50,15 +63,16 @@ class ModelRegistry:
         self._entries: dict[ModelKey, _Entry] = {}
 
     @staticmethod
-    def key_for(placement: Placement) -> ModelKey:
+    def key_for(placement: Placement, options: object = None) -> ModelKey:
+        """The sharing key: changing a runtime-only setting (a prompt) reuses the model."""
         return ModelKey(placement.stage, placement.backend, placement.model,
-                        str(placement.device), placement.dtype)
+                        str(placement.device), placement.dtype, load_options(options))
 
     def acquire(self, placement: Placement, options: object,
                 progress: Progress = no_progress,
                 loader: Callable[[LoadRequest, Progress], Any] | None = None) -> Any:
         """The model for ``placement``, loading it if no one holds it; adds a reference."""
-        key = self.key_for(placement)
+        key = self.key_for(placement, options)
         with self._lock:
             entry = self._entries.setdefault(key, _Entry())
             entry.refs += 1
@@ -75,9 +89,9 @@ class ModelRegistry:
             self._drop_ref(key)
             raise
 
-    def release(self, placement: Placement) -> None:
+    def release(self, placement: Placement, options: object = None) -> None:
         """Drop one reference; the model is freed when none remain."""
-        self._drop_ref(self.key_for(placement))
+        self._drop_ref(self.key_for(placement, options))
 
     def _drop_ref(self, key: ModelKey) -> None:
         with self._lock:

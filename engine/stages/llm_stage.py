@@ -33,7 +33,7 @@ class LlmStage(Stage):
         unit, metrics, control = self.ctx.unit, self.ctx.metrics, self.ctx.control
         turn, gen = msg.turn_id, msg.generation
         start = time.perf_counter()
-        metrics.mark(unit, turn, "llm_start", start, overwrite=True)
+        metrics.mark(unit, turn, "llm_start", start, True, gen)
         chunker = ClauseChunker()
         spoken: list[str] = []
         step = None
@@ -42,37 +42,43 @@ class LlmStage(Stage):
         def should_stop() -> bool:
             return control.is_stale(gen) or self.ctx.stopping.is_set()
 
+        def figure(name: str, value: float) -> None:
+            metrics.figure(unit, turn, name, value, generation=gen)
+
         messages = self.conversation.messages_for(msg.text)
-        metrics.figure(unit, turn, "llm_history_turns", sum(m["role"] == "user" for m in messages) - 1)
+        figure("llm_history_turns", sum(m["role"] == "user" for m in messages) - 1)
         for step in self.session.generate(messages, self.config.max_new_tokens, should_stop):
             if step.tokens == 1:
-                metrics.mark(unit, turn, "llm_first_token", time.perf_counter(), overwrite=True)
+                metrics.mark(unit, turn, "llm_first_token", time.perf_counter(), True, gen)
             for piece in chunker.feed(step.text):
                 if first:
-                    metrics.figure(unit, turn, "llm_first_chunk_compute_s", time.perf_counter() - start)
+                    figure("llm_first_chunk_compute_s", time.perf_counter() - start)
                     first = False
                 spoken.append(piece)
                 yield self._chunk(turn, gen, piece)
             if chunker.sentences >= self.config.max_sentences:
                 break
+        if step is not None:
+            figure("llm_tokens", step.tokens)
+            figure("llm_tokens_per_s", step.tokens_per_second)
+            figure("llm_prompt_tokens", step.prompt_tokens)
         if should_stop():
+            # Cut off (barge-in, reopened turn, shutdown): record where it stopped.
+            metrics.mark(unit, turn, "llm_stopped", time.perf_counter(), True, gen)
             return
         rest = chunker.flush() if chunker.sentences < self.config.max_sentences else ""
         if rest:
             spoken.append(rest)
             if first:
-                metrics.figure(unit, turn, "llm_first_chunk_compute_s", time.perf_counter() - start)
-        if step is not None:
-            metrics.figure(unit, turn, "llm_tokens", step.tokens)
-            metrics.figure(unit, turn, "llm_tokens_per_s", step.tokens_per_second)
-            metrics.figure(unit, turn, "llm_prompt_tokens", step.prompt_tokens)
+                figure("llm_first_chunk_compute_s", time.perf_counter() - start)
         reply = " ".join(spoken)
         control.run_if_current(gen, lambda: self.conversation.append(turn, msg.text, reply))
         yield self._chunk(turn, gen, rest, last=True)
 
     def _chunk(self, turn: int, gen: int, text: str, last: bool = False) -> TextChunk:
         if text:
-            self.ctx.metrics.mark(self.ctx.unit, turn, "tts_first_text", time.perf_counter())
-            self.ctx.metrics.add_reply(self.ctx.unit, turn, text + " ")
+            self.ctx.metrics.mark(self.ctx.unit, turn, "tts_first_text", time.perf_counter(),
+                                  generation=gen)
+            self.ctx.metrics.add_reply(self.ctx.unit, turn, text + " ", gen)
             self.ctx.gate.emit(turn, gen, ReplyText(self.ctx.unit, turn, text))
         return TextChunk(turn, gen, text, last)

@@ -43,21 +43,21 @@ class SttStage(Stage):
                 metrics.dropped_stale("stt-partial")
                 return  # a newer partial (or the final segment) is already on its way
             result = self.model.transcribe(msg.audio, self.language)
-            if self.is_stale(msg) or msg.revision < self.gate.latest:
+            if self.is_stale(msg) or msg.revision < self.gate.final:
                 return
             stable, unstable = stable_prefix(self._last_partial.get(msg.turn_id, ""), result.text)
             self._last_partial[msg.turn_id] = result.text
             self.ctx.events.emit(PartialTranscript(unit, msg.turn_id, stable, unstable))
             return
-        metrics.mark(unit, msg.turn_id, "stt_start", time.perf_counter(), overwrite=True)
+        metrics.mark(unit, msg.turn_id, "stt_start", time.perf_counter(), True, msg.generation)
         result = self.model.transcribe(msg.audio, self.language)
         if self.is_stale(msg):
             return
         text = result.text.strip()
-        metrics.mark(unit, msg.turn_id, "stt_done", time.perf_counter(), overwrite=True)
-        metrics.figure(unit, msg.turn_id, "stt_compute_s", result.compute_seconds)
-        metrics.figure(unit, msg.turn_id, "stt_rtf", result.real_time_factor)
-        metrics.set_transcript(unit, msg.turn_id, text)
+        metrics.mark(unit, msg.turn_id, "stt_done", time.perf_counter(), True, msg.generation)
+        metrics.figure(unit, msg.turn_id, "stt_compute_s", result.compute_seconds, generation=msg.generation)
+        metrics.figure(unit, msg.turn_id, "stt_rtf", result.real_time_factor, generation=msg.generation)
+        metrics.set_transcript(unit, msg.turn_id, text, msg.generation)
         self._last_partial.pop(msg.turn_id, None)
         self.ctx.gate.emit(msg.turn_id, msg.generation, FinalTranscript(unit, msg.turn_id, text))
         yield Transcript(msg.turn_id, msg.generation, text, True, msg.t_speech_end)

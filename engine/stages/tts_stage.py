@@ -30,13 +30,15 @@ class TtsStage(Stage):
                 if self.is_stale(msg):
                     return
                 now = time.perf_counter()
-                if metrics.figure_once(unit, msg.turn_id, "tts_first_compute_s", now - start):
-                    metrics.mark(unit, msg.turn_id, "tts_first_audio", now)
+                if metrics.figure_once(unit, msg.turn_id, "tts_first_compute_s", now - start,
+                                       msg.generation):
+                    metrics.mark(unit, msg.turn_id, "tts_first_audio", now, generation=msg.generation)
                 audio_s += len(chunk.audio) / chunk.sample_rate
                 yield AudioOut(msg.turn_id, msg.generation, chunk.audio, chunk.sample_rate, False)
             if audio_s:
-                metrics.figure(unit, msg.turn_id, "tts_compute_s", time.perf_counter() - start, add=True)
-                metrics.figure(unit, msg.turn_id, "tts_audio_s", audio_s, add=True)
+                metrics.figure(unit, msg.turn_id, "tts_compute_s", time.perf_counter() - start, True,
+                               msg.generation)
+                metrics.figure(unit, msg.turn_id, "tts_audio_s", audio_s, True, msg.generation)
         if msg.last:
             yield AudioOut(msg.turn_id, msg.generation, np.zeros(0, np.float32),
                            self.model.sample_rate, True)

@@ -19,10 +19,16 @@ _READ_TIMEOUT_S = 0.05
 
 
 class PartialGate:
-    """The newest partial's sequence number: STT skips any older one unprocessed."""
+    """Sequence numbers shared by VAD and STT for live transcription.
+
+    ``latest``: the newest partial; STT skips an older one before spending compute on it.
+    ``final``: partials numbered below it came before a final segment; their text is
+    no longer news and is not shown.
+    """
 
     def __init__(self) -> None:
         self.latest = -1
+        self.final = -1
 
 
 class VadStage(Stage):
@@ -106,8 +112,8 @@ class VadStage(Stage):
             self._send_final(event.audio, event.t_speech_start, event.t_speech_end)
             self._speculated_gen = ctx.control.generation
         elif isinstance(event, Reopened):
-            ctx.control.cancel(self.turn_id, REOPENED)
-            ctx.metrics.reset_turn_work(unit, self.turn_id)
+            generation = ctx.control.cancel(self.turn_id, REOPENED)
+            ctx.metrics.reset_turn_work(unit, self.turn_id, generation)
             ctx.events.emit(TurnCancelled(unit, self.turn_id, REOPENED))
             self._speculated_gen = None
         elif isinstance(event, Committed):
@@ -123,7 +129,8 @@ class VadStage(Stage):
         ctx, unit = self.ctx, self.ctx.unit
         ctx.metrics.mark(unit, self.turn_id, "speech_end", t_end, overwrite=True)
         ctx.metrics.mark(unit, self.turn_id, "vad_end", time.perf_counter(), overwrite=True)
-        self.gate.latest = self._partial_seq + 1  # any partial still queued is now useless
+        # Any partial still queued or being decoded is now useless.
+        self.gate.latest = self.gate.final = self._partial_seq + 1
         self.emit(SpeechSegment(self.turn_id, ctx.control.generation, audio, 16000, True,
                                 t_start, t_end))
 
