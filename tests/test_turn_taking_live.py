@@ -40,14 +40,61 @@ class Recorder:
         return [(t, e) for t, e in self.events if isinstance(e, kind)]
 
 
-def run_live(registry, audio, overrides, timeout=180):
+class SpeakWhenReplyPlays:
+    """A paced source: ``first``, then silence until the sink has played ``after_s`` of a
+    reply, then ``then`` — so the interruption surely lands during playback."""
+
+    sample_rate = 16000
+
+    def __init__(self, first: np.ndarray, then: np.ndarray, sink: FileSink, after_s: float = 0.4):
+        self._first = FileSource(first, realtime=True, trailing_silence_s=0.0)
+        self._then = FileSource(then, realtime=True, trailing_silence_s=2.0)
+        self._sink, self._after_s = sink, after_s
+        self._phase = "first"
+        self._t_next = 0.0
+
+    def open(self):
+        self._first.open()
+
+    def close(self):
+        self._first.close()
+        self._then.close()
+
+    def read(self, timeout):
+        if self._phase == "first":
+            block = self._first.read(timeout)
+            if self._first.finished:
+                self._phase, self._t_next = "wait", time.perf_counter()
+            return block
+        if self._phase == "wait":
+            if self._sink.seconds_played >= self._after_s and self._sink.is_playing:
+                self._phase = "then"
+                self._then.open()
+                return None
+            self._t_next += 0.032  # silence at the microphone's pace
+            time.sleep(max(0.0, self._t_next - time.perf_counter()))
+            from engine.audio.base import AudioBlock
+
+            return AudioBlock(np.zeros(512, np.float32), self._t_next - 0.032)
+        return self._then.read(timeout)
+
+    @property
+    def finished(self):
+        return self._phase == "then" and self._then.finished
+
+    overflow_count = 0
+    level = 0.0
+
+
+def run_live(registry, audio, overrides, timeout=180, source_for=None):
     config = EngineConfig().with_overrides(overrides)
     engine = Engine(config, registry=registry, hub=HubStatus(offline=True))
     engine.load()
     recorder = Recorder()
     engine.subscribe(recorder)
-    source = FileSource(audio, realtime=True, trailing_silence_s=2.0)
     sink = FileSink(None, realtime=True)
+    source = (source_for(sink) if source_for else
+              FileSource(audio, realtime=True, trailing_silence_s=2.0))
     engine.start([source], [sink])
     try:
         assert engine.wait_drained(timeout)
@@ -87,14 +134,13 @@ def test_partials_arrive_while_speaking_and_grow_into_the_final(registry, jfk_pa
 def test_barge_in_stops_the_reply_and_the_llm(registry, one_two_three_path, jfk_path):
     question = load_audio(jfk_path)[: int(7.8 * 16000)]  # "... ask not what your country can do for you"
     interruption = load_audio(one_two_three_path)
-    audio = np.concatenate([question, silence(2.6), interruption])
     # A prompt that makes SmolLM2 write ~120 tokens, so the reply is still being generated
-    # and played when the user speaks again.
-    engine, turns, rec, sink = run_live(registry, audio, {
+    # when the user speaks again, 0.4 s into its playback.
+    engine, turns, rec, sink = run_live(registry, None, source_for=lambda sink: SpeakWhenReplyPlays(
+        np.concatenate([question, silence(1.5)]), interruption, sink), overrides={
         "turns.barge_in": "full-duplex", "llm.max_new_tokens": "120", "llm.max_sentences": "50",
         "llm.system_prompt": "Write a long essay about the user's words."})
     first, second = turns[0], turns[-1]
-    print("\nfirst turn:", first.timeline(), sink.history())
     assert first.cancelled and "barge_in" in first.marks
     assert ("barge-in" in [e.reason for _t, e in rec.of(TurnCancelled)])
     assert "audio_out_first" in first.marks and first.marks["audio_out_first"] < first.marks["barge_in"]
@@ -143,3 +189,17 @@ def test_short_pause_reopens_the_turn_and_drops_the_first_revision(registry, one
         tts_seconds = turn.tts_audio_s
         assert played[turn.turn_id] == pytest.approx(tts_seconds, abs=0.05)
     assert later.reply and "ask not" in normalize(later.transcript)
+
+
+def test_mute_while_speaking_lets_the_reply_finish(registry, one_two_three_path, jfk_path):
+    question = load_audio(jfk_path)[: int(7.8 * 16000)]
+    interruption = load_audio(one_two_three_path)
+    audio = np.concatenate([question, silence(2.2), interruption, silence(2.0)])
+    _engine, turns, rec, sink = run_live(registry, audio, {
+        "turns.barge_in": "mute-while-speaking", "llm.max_sentences": "2"})
+    first = turns[0]
+    assert not first.cancelled and "reply_done" in first.marks
+    assert "barge-in" not in [e.reason for _t, e in rec.of(TurnCancelled)]
+    played = {p.turn_id: p for p in sink.history()}[first.turn_id]
+    assert played.samples_flushed == 0
+    assert played.samples_played / played.sample_rate == pytest.approx(first.tts_audio_s, abs=0.05)
