@@ -71,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--compare", metavar="KEY=A,B", action="append", default=[],
                        help="measure each value of a setting side by side in one run, "
                             "e.g. --compare turns.speculative=false,true (runs interleave)")
+    bench.add_argument("--variant", metavar="KEY=V[,KEY=V]", action="append", default=[],
+                       help="a named set of settings to measure side by side with the others, "
+                            "e.g. --variant stt.device=mlx,stt.model=DIR --variant stt.device=cpu")
     add_config_flags(bench)
     return parser
 

@@ -117,9 +117,18 @@ def run_converse(args: argparse.Namespace, config: EngineConfig) -> int:
     return 1 if errors else 0
 
 
-def bench_variants(config: EngineConfig, compare: list[str]) -> list[tuple[str, EngineConfig]]:
-    """``--compare key=a,b`` -> [("key=a", config_a), ("key=b", config_b)] (cartesian)."""
+def bench_variants(config: EngineConfig, compare: list[str],
+                   sets: list[str] = ()) -> list[tuple[str, EngineConfig]]:
+    """``--variant k=v,k2=v2`` (each a full set) and ``--compare key=a,b`` (cartesian)
+    -> [(label, config), ...]."""
     variants = [("", config)]
+    if sets:
+        variants = []
+        for spec in sets:
+            pairs = [item.partition("=") for item in spec.split(",")]
+            if any(not sep or not key for key, sep, _v in pairs):
+                raise ParleyError(f"--variant {spec!r}: expected KEY=VALUE[,KEY=VALUE]")
+            variants.append((spec, config.with_overrides({k: v for k, _s, v in pairs})))
     for spec in compare:
         key, sep, values = spec.partition("=")
         if not sep or not values:
@@ -131,7 +140,7 @@ def bench_variants(config: EngineConfig, compare: list[str]) -> list[tuple[str, 
 
 def run_bench(args: argparse.Namespace, config: EngineConfig) -> int:
     audio = _load_input(args.input)
-    variants = bench_variants(config, args.compare)
+    variants = bench_variants(config, args.compare, args.variant)
     from engine.models import ModelRegistry
 
     registry = ModelRegistry()  # variants that differ only at run time share models

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from engine.errors import ParleyError
 from engine.events import Event, EventHub, LoadProgress
 from engine.hub import HubStatus
 from engine.memory import MemoryReading, sample_memory
+from engine.mlx_lock import MlxLockSnapshot, get_mlx_lock
 from engine.metrics import Metrics, StageStats, TurnRecord
 from engine.models import ModelRegistry
 from engine.pipeline import PipelineUnit
@@ -59,8 +61,10 @@ class EngineSnapshot:
     notes: tuple[str, ...]
     input_level: float
     capture_overflows: int
-    mlx_lock: object | None = None  # the MLX lock's snapshot when an MLX stage is in use
+    mlx_lock: MlxLockSnapshot | None = None  # set when an MLX stage is in use
 
+
+log = logging.getLogger("parley.engine")
 
 ProgressFn = Callable[[str, float | None, str], None]
 
@@ -80,11 +84,29 @@ class Engine:
         self.units: list[PipelineUnit] = []
         self._lock = threading.Lock()
         self._turn_ids = itertools.count(1)  # unique across units and restarts
+        self._runtime_notes: list[str] = []
 
     @property
     def notes(self) -> tuple[str, ...]:
         """User-visible choices and fallbacks made while resolving ``auto``."""
-        return tuple(n for p in self.placements.values() for n in p.notes)
+        return tuple(n for p in self.placements.values() for n in p.notes) + tuple(self._runtime_notes)
+
+    @property
+    def mlx_in_use(self) -> bool:
+        return any(p.device.kind == "mlx" for p in self.placements.values())
+
+    def _unit_config(self, units: int) -> EngineConfig:
+        """The config the units run with: progressive transcription is switched off when
+        several units share MLX, since partials would hold the lock while others wait."""
+        config = self.config
+        if units > 1 and self.mlx_in_use and config.turns.live_transcription:
+            line = (f"live transcription is off: {units} pipeline units share the MLX lock, "
+                    "and partial transcripts would hold it while the other units wait")
+            log.warning(line)
+            if line not in self._runtime_notes:
+                self._runtime_notes.append(line)
+            config = config.with_overrides({"turns.live_transcription": False})
+        return config
 
     def subscribe(self, listener: Callable[[Event], None]) -> Callable[[], None]:
         return self.events.subscribe(listener)
@@ -127,7 +149,8 @@ class Engine:
         if len(sources) != len(sinks) or not sources:
             raise ParleyError("start needs one sink per source, and at least one source")
         with self._lock:
-            units = [PipelineUnit(i, self.config, self.models, src, sink, self.metrics, self.events,
+            config = self._unit_config(len(sources))
+            units = [PipelineUnit(i, config, self.models, src, sink, self.metrics, self.events,
                                   self._turn_ids.__next__)
                      for i, (src, sink) in enumerate(zip(sources, sinks))]
             started: list[PipelineUnit] = []
@@ -200,5 +223,6 @@ class Engine:
             t=time.perf_counter(), state=self.state, placements=placements,
             stages=self.metrics.stage_stats(depths), turns=self.metrics.turns()[-50:],
             memory=sample_memory(in_use), notes=self.notes, input_level=level,
-            capture_overflows=overflows, mlx_lock=None,
+            capture_overflows=overflows,
+            mlx_lock=get_mlx_lock().snapshot() if self.mlx_in_use else None,
         )

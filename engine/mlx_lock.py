@@ -233,7 +233,7 @@ class MlxLock:
         # (stage, unit, requested, acquired, thread ident, contended) of the current holder
         self._held: tuple | None = None
         self.reset_stats()
-        with _default_guard:
+        with _registry_guard:
             _all_locks.add(self)
 
     # ------------------------------------------------------------------ locking
@@ -401,8 +401,9 @@ class MlxLock:
 
 
 _default: MlxLock | None = None
-_default_guard = threading.Lock()  # guards _default and _all_locks
-_all_locks: weakref.WeakSet[MlxLock] = weakref.WeakSet()
+_default_guard = threading.Lock()
+_registry_guard = threading.Lock()
+_all_locks: weakref.WeakSet[MlxLock] = weakref.WeakSet()  # for the guard's "any lock" check
 
 
 def get_mlx_lock() -> MlxLock:
@@ -435,7 +436,7 @@ def hold(stage: str, unit: int | None = None, timeout: float | None = None) -> _
 
 def held_by_current_thread() -> bool:
     """True when the calling thread holds any MlxLock (the guard's default check)."""
-    with _default_guard:
+    with _registry_guard:
         locks = list(_all_locks)
     return any(lock.held_by_current_thread() for lock in locks)
 

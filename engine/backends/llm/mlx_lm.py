@@ -225,7 +225,8 @@ class MlxLmSession:
                              "lower llm.history_turns or llm.max_new_tokens")
         if should_stop():
             return
-        hold = llm.lock.hold(STAGE, self.unit if self.unit is not None else unit_of_current_thread())
+        unit = self.unit if self.unit is not None else unit_of_current_thread()
+        hold = llm.lock.hold(STAGE, unit)  # one reusable context manager for every step
         with hold:
             import mlx.core as mx
             from mlx_lm.generate import generation_stream, stream_generate
@@ -262,30 +263,38 @@ class MlxLmSession:
                 if not is_stop:
                     reply_tokens += 1
                 finished = response.finish_reason is not None
-                rate = (reply_tokens - 1) / (now - t_first) if reply_tokens > 1 and now > t_first else 0.0
+                decoding = now - t_first
+                rate = (reply_tokens - 1) / decoding if reply_tokens > 1 and decoding > 0 else 0.0
                 yield LlmStep(text=response.text, tokens=reply_tokens, prompt_tokens=len(fresh),
                               prefill_seconds=prefill_seconds, tokens_per_second=rate,
                               peak_memory_bytes=peak, finished=finished)
                 if finished:
                     return
+        except Exception:
+            seen = None  # the cache may hold part of a failed step: trust nothing in it
+            raise
         finally:
             with hold:
                 steps.close()  # stream_generate's own clean-up (it synchronizes) runs in the lock
-            self._remember(prompt, seen)
+            if seen is None:
+                self.reset()
+            else:
+                self._remember(prompt, seen)
 
     def _reuse_cache(self, prompt: list[int]) -> list[int]:
         """Trim the KV cache to its common prefix with ``prompt``; the tokens left to prefill."""
         from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
         cached = self._cached_ids
-        limit = min(len(cached), len(prompt) - 1)  # run >= 1 prompt token: it picks the first reply token
+        # Run at least one prompt token: its logits choose the first reply token.
+        limit = min(len(cached), len(prompt) - 1)
         common = 0
         while common < limit and cached[common] == prompt[common]:
             common += 1
         cache = self._cache
-        if cache is not None and common < len(cached):
-            if not can_trim_prompt_cache(cache) or trim_prompt_cache(cache, len(cached) - common) \
-                    != len(cached) - common:
+        extra = len(cached) - common
+        if cache is not None and extra > 0:
+            if not can_trim_prompt_cache(cache) or trim_prompt_cache(cache, extra) != extra:
                 common = 0  # e.g. a rotating cache that already dropped old tokens: rebuild
         if cache is None or common == 0:
             self._cache = make_prompt_cache(self.llm.model)
