@@ -41,10 +41,14 @@ class VadConfig:
     backend: str = field(default="silero", metadata=_range(help="VAD backend"))
     model: str = field(default=_AUTO, metadata=_range(help="VAD model file, or auto (bundled)"))
     device: str = field(default=_AUTO, metadata=_range(help="device for the VAD"))
-    threshold: float = field(default=0.5, metadata=_range(0.01, 0.99, "speech probability threshold", runtime=True))
-    min_speech_ms: int = field(default=200, metadata=_range(0, 5000, "shortest speech that starts a turn", runtime=True))
-    min_silence_ms: int = field(default=300, metadata=_range(32, 10000, "silence that ends a speech segment", runtime=True))
-    pad_ms: int = field(default=300, metadata=_range(0, 2000, "audio kept before and after speech", runtime=True))
+    threshold: float = field(default=0.5,
+        metadata=_range(0.01, 0.99, "speech probability threshold", runtime=True))
+    min_speech_ms: int = field(default=200,
+        metadata=_range(0, 5000, "shortest speech that starts a turn", runtime=True))
+    min_silence_ms: int = field(default=300,
+        metadata=_range(32, 10000, "silence that ends a speech segment", runtime=True))
+    pad_ms: int = field(default=300,
+        metadata=_range(0, 2000, "audio kept before and after speech", runtime=True))
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,8 @@ class SttConfig:
     backend: str = field(default=_AUTO, metadata=_range(help="STT backend"))
     model: str = field(default=_AUTO, metadata=_range(help="model id, folder, or auto"))
     device: str = field(default=_AUTO, metadata=_range(help="device for STT"))
-    dtype: str = field(default=_AUTO, metadata=_range(help="compute type (auto, float32, float16, int8)"))
+    dtype: str = field(default=_AUTO,
+        metadata=_range(help="compute type (auto, float32, float16, int8)"))
     language: str = field(default="en", metadata=_range(help="spoken language"))
     beam_size: int = field(default=1, metadata=_range(1, 10, "beam width"))
 
@@ -66,17 +71,23 @@ class LlmConfig:
     backend: str = field(default=_AUTO, metadata=_range(help="LLM backend"))
     model: str = field(default=_AUTO, metadata=_range(help="model id, folder, or auto"))
     device: str = field(default=_AUTO, metadata=_range(help="device for the LLM"))
-    dtype: str = field(default=_AUTO, metadata=_range(help="weights dtype (auto, float32, float16, bfloat16)"))
+    dtype: str = field(default=_AUTO,
+        metadata=_range(help="weights dtype (auto, float32, float16, bfloat16)"))
     system_prompt: str = field(
-        default="You are Parley, a friendly voice assistant. Reply in one or two short spoken sentences.",
+        default="You are a helpful voice assistant. Keep answers short.",
         metadata=_range(help="system prompt", runtime=True),
     )
-    max_new_tokens: int = field(default=60, metadata=_range(1, 4096, "token cap per reply", runtime=True))
-    max_sentences: int = field(default=3, metadata=_range(1, 50, "sentence cap per spoken reply", runtime=True))
-    history_turns: int = field(default=6, metadata=_range(0, 100, "past turns kept in the prompt", runtime=True))
+    max_new_tokens: int = field(default=60,
+        metadata=_range(1, 4096, "token cap per reply", runtime=True))
+    max_sentences: int = field(default=3,
+        metadata=_range(1, 50, "sentence cap per spoken reply", runtime=True))
+    history_turns: int = field(default=6,
+        metadata=_range(0, 100, "past turns kept in the prompt", runtime=True))
     temperature: float = field(default=0.0, metadata=_range(0.0, 2.0, "0 is greedy"))
-    repetition_penalty: float = field(default=1.3, metadata=_range(1.0, 3.0, "penalty on repeated tokens"))
-    no_repeat_ngram_size: int = field(default=4, metadata=_range(0, 20, "forbid repeating n-grams (0 off)"))
+    repetition_penalty: float = field(default=1.3,
+        metadata=_range(1.0, 3.0, "penalty on repeated tokens"))
+    no_repeat_ngram_size: int = field(default=4,
+        metadata=_range(0, 20, "forbid repeating n-grams (0 off)"))
 
 
 @dataclass(frozen=True)
@@ -96,17 +107,22 @@ class AudioConfig:
 
     input_device: str = field(default="default", metadata=_range(help="microphone (name or index)"))
     output_device: str = field(default="default", metadata=_range(help="speaker (name or index)"))
-    capture_buffer_s: float = field(default=2.0, metadata=_range(0.1, 60.0, "capture buffer before dropping"))
+    capture_buffer_s: float = field(default=2.0,
+        metadata=_range(0.1, 60.0, "capture buffer before dropping"))
 
 
 @dataclass(frozen=True)
 class TurnConfig:
     """How turns are taken, reopened and interrupted."""
 
-    reopen_grace_ms: int = field(default=900, metadata=_range(0, 5000, "wait after a segment before the turn ends"))
-    speculative: bool = field(default=True, metadata=_range(help="start STT/LLM during the reopen grace"))
-    live_transcription: bool = field(default=False, metadata=_range(help="transcribe while the user speaks"))
-    live_transcription_interval: float = field(default=0.5, metadata=_range(0.1, 10.0, "seconds between partials"))
+    reopen_grace_ms: int = field(default=900,
+        metadata=_range(0, 5000, "wait after a segment before the turn ends"))
+    speculative: bool = field(default=True,
+        metadata=_range(help="start STT/LLM during the reopen grace"))
+    live_transcription: bool = field(default=False,
+        metadata=_range(help="transcribe while the user speaks"))
+    live_transcription_interval: float = field(default=0.5,
+        metadata=_range(0.1, 10.0, "seconds between partials"))
     barge_in: BargeIn = field(default=BargeIn.FULL_DUPLEX, metadata=_range(help="barge-in mode"))
 
 
