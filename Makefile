@@ -9,7 +9,7 @@ CONSTRAINT_FLAG := $(if $(TORCH_CONSTRAINT),-c $(TORCH_CONSTRAINT),)
 INPUT ?= ../shared/audio/jfk.flac
 PYTEST_ARGS ?=
 
-.PHONY: run converse install install-dev test bench package clean
+.PHONY: run converse install install-dev test bench package package-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,9 @@ test: install-dev
 
 package: install-dev
 	$(BIN)/python packaging/build.py
+
+package-test: install-dev
+	$(BIN)/python packaging/build.py --self-test
 
 clean:
 	rm -rf build dist .pytest_cache

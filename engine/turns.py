@@ -193,7 +193,10 @@ class TurnDetector:
 
     # --------------------------------------------------------------- helpers
     def _t_frame_end(self, index: int) -> float:
-        return self._times[index] + self.frame_s
+        end = self._times[index] + self.frame_s
+        # A file read faster than real time stamps frames closer together than their
+        # length: the next frame's stamp is then the better end time.
+        return min(end, self._times[index + 1]) if index + 1 < len(self._times) else end
 
     def _audio(self, frames: int) -> np.ndarray:
         return np.concatenate(self._frames[:frames]) if frames else np.zeros(0, np.float32)

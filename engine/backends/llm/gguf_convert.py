@@ -33,6 +33,9 @@ _STALE_TEMP_SECONDS = 3600
 _lock = threading.Lock()  # one conversion at a time in this process
 
 
+_EDGE_BYTES = 1 << 20
+
+
 def cached_folder_path(gguf_path: str | Path) -> Path:
     """Where the converted copy of ``gguf_path`` lives (whether or not it exists yet)."""
     gguf = Path(gguf_path)
@@ -40,8 +43,14 @@ def cached_folder_path(gguf_path: str | Path) -> Path:
         st = gguf.stat()
     except FileNotFoundError:
         raise ModelError(f"GGUF model file not found: {gguf}") from None
-    key = hashlib.sha256(f"{gguf.name}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:12]
-    return cache_dir() / "models" / f"{gguf.stem}-{key}"
+    # Keyed on content, not mtime: a copy of the same file (a new app build, a fresh
+    # venv) reuses the conversion. The first and last MiB tell GGUF files apart.
+    digest = hashlib.sha256(f"{gguf.name}:{st.st_size}:".encode())
+    with open(gguf, "rb") as fh:
+        digest.update(fh.read(_EDGE_BYTES))
+        fh.seek(max(0, st.st_size - _EDGE_BYTES))
+        digest.update(fh.read(_EDGE_BYTES))
+    return cache_dir() / "models" / f"{gguf.stem}-{digest.hexdigest()[:12]}"
 
 
 def is_converted(folder: Path) -> bool:
