@@ -1,8 +1,8 @@
 """Cancellation by generation counter, and the turn commitments that release output.
 
-One ``TurnControl`` belongs to one pipeline unit. ``cancel()`` (barge-in, a reopened
-turn) bumps the generation: every message made under an older generation is dropped by
-every stage, and the LLM and TTS loops check ``is_stale`` per token and per chunk.
+One ``TurnControl`` belongs to one pipeline unit. Barge-in and reopened turns bump the
+generation: stages drop messages whose generation is below their turn's floor, and the
+LLM and TTS loops check ``is_stale`` per token and per chunk.
 """
 
 from __future__ import annotations
@@ -12,11 +12,19 @@ from collections.abc import Callable
 
 
 class TurnControl:
-    """Generation counter plus the set of committed turns, behind one lock."""
+    """Generation counter with per-turn and global floors, behind one lock.
+
+    Every message is made under the current ``generation``. A message is stale when its
+    generation is below the floor of its turn: ``cancel_turn`` (a reopened turn) raises
+    one turn's floor and leaves the reply of an earlier turn alone; ``cancel_all``
+    (barge-in, shutdown) raises the floor of every turn in flight.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._generation = 0
+        self._global_floor = 0
+        self._turn_floor: dict[int, int] = {}
         self._on_cancel: list[Callable[[int, str], None]] = []
 
     @property
@@ -24,9 +32,13 @@ class TurnControl:
         """The current generation; new messages are made under it."""
         return self._generation
 
-    def is_stale(self, generation: int) -> bool:
-        """True when work of ``generation`` has been cancelled."""
-        return generation < self._generation
+    def floor(self, turn_id: int) -> int:
+        """The oldest generation of ``turn_id`` whose work is still wanted."""
+        return max(self._global_floor, self._turn_floor.get(turn_id, 0))
+
+    def is_stale(self, turn_id: int, generation: int) -> bool:
+        """True when work of ``turn_id`` made under ``generation`` has been cancelled."""
+        return generation < self.floor(turn_id)
 
     def on_cancel(self, callback: Callable[[int, str], None]) -> None:
         """Call ``callback(turn_id, reason)`` inside every cancel, under the lock.
@@ -36,18 +48,31 @@ class TurnControl:
         """
         self._on_cancel.append(callback)
 
-    def cancel(self, turn_id: int, reason: str) -> int:
-        """Cancel all work in flight (of ``turn_id`` and anything older); new generation."""
+    def cancel_turn(self, turn_id: int, reason: str) -> int:
+        """Drop the work of one turn (it is being redone); returns its new generation."""
         with self._lock:
             self._generation += 1
+            self._turn_floor[turn_id] = self._generation
+            if len(self._turn_floor) > 64:  # old turns' floors are below the global one
+                for old in sorted(self._turn_floor)[:-32]:
+                    del self._turn_floor[old]
             for callback in self._on_cancel:
                 callback(turn_id, reason)
             return self._generation
 
-    def run_if_current(self, generation: int, action: Callable[[], None]) -> bool:
-        """Run ``action`` only if ``generation`` is still current, atomically."""
+    def cancel_all(self, turn_id: int, reason: str) -> int:
+        """Drop all work in flight (``turn_id`` is the reply cut off); new generation."""
         with self._lock:
-            if generation < self._generation:
+            self._generation += 1
+            self._global_floor = self._generation
+            for callback in self._on_cancel:
+                callback(turn_id, reason)
+            return self._generation
+
+    def run_if_current(self, turn_id: int, generation: int, action: Callable[[], None]) -> bool:
+        """Run ``action`` only if that work is still wanted, atomically with cancels."""
+        with self._lock:
+            if self.is_stale(turn_id, generation):
                 return False
             action()
             return True
@@ -72,7 +97,7 @@ class TurnGate:
     def emit(self, turn_id: int, generation: int, event: object) -> None:
         """Pass ``event`` on now if its turn is committed, else hold it."""
         with self._lock:
-            if self._control.is_stale(generation):
+            if self._control.is_stale(turn_id, generation):
                 return
             if turn_id not in self._committed:
                 self._pending.setdefault(turn_id, []).append((generation, event))
@@ -88,5 +113,5 @@ class TurnGate:
             if len(self._committed) > 64:
                 self._committed = {t for t in self._committed if t > turn_id - 32}
         for generation, event in held:
-            if not self._control.is_stale(generation):
+            if not self._control.is_stale(turn_id, generation):
                 self._emit(event)

@@ -124,10 +124,12 @@ class Engine:
                         progress(stage, fraction, text)
                     self.events.emit(LoadProgress(-1, stage, fraction, text))
 
-                report(0.0, f"loading {placement.describe()}")
-                model = self.registry.acquire(placement, self.config.stage_config(stage), report)
+                options = self.config.stage_config(stage)
+                shared = self.registry.is_loaded(placement, options)
+                report(0.0, f"{'sharing' if shared else 'loading'} {placement.describe()}")
+                model = self.registry.acquire(placement, options, report)
                 warmup = getattr(model, "warmup", None)
-                if callable(warmup):
+                if callable(warmup) and not shared:  # a shared model is warm already
                     warmup()
                 self.models[stage] = model
                 report(1.0, f"{stage} ready on {getattr(model, 'actual_device', placement.device)}")

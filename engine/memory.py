@@ -29,20 +29,30 @@ def sample_memory(devices: set[str]) -> tuple[MemoryReading, ...]:
     readings = [MemoryReading("cpu", psutil.Process().memory_info().rss, vm.total, vm.available)]
     torch = sys.modules.get("torch")
     for device in sorted(devices):
-        if device.startswith("cuda") and torch is not None and torch.cuda.is_available():
-            index = int(device.partition(":")[2] or 0)
-            free, total = torch.cuda.mem_get_info(index)
-            readings.append(MemoryReading(device, torch.cuda.memory_allocated(index), total, free,
-                                          {"reserved": torch.cuda.memory_reserved(index),
-                                           "peak": torch.cuda.max_memory_allocated(index),
-                                           "device_used": total - free}))
-        elif device == "mps" and torch is not None and torch.backends.mps.is_available():
-            readings.append(MemoryReading("mps", torch.mps.current_allocated_memory(),
-                                          torch.mps.recommended_max_memory(),
-                                          extra={"driver": torch.mps.driver_allocated_memory()}))
-        elif device == "mlx" and "mlx.core" in sys.modules:
-            mx = sys.modules["mlx.core"]
-            readings.append(MemoryReading("mlx", mx.get_active_memory(), None,
-                                          extra={"peak": mx.get_peak_memory(),
-                                                 "cache": mx.get_cache_memory()}))
+        try:
+            reading = _device_reading(device, torch)
+        except (AttributeError, RuntimeError):  # a library half-imported by another thread
+            reading = None
+        if reading is not None:
+            readings.append(reading)
     return tuple(readings)
+
+
+def _device_reading(device: str, torch) -> MemoryReading | None:
+    """One device's reading, or None if its library is not loaded here."""
+    if device.startswith("cuda") and torch is not None and torch.cuda.is_available():
+        index = int(device.partition(":")[2] or 0)
+        free, total = torch.cuda.mem_get_info(index)
+        return MemoryReading(device, torch.cuda.memory_allocated(index), total, free,
+                             {"reserved": torch.cuda.memory_reserved(index),
+                              "peak": torch.cuda.max_memory_allocated(index),
+                              "device_used": total - free})
+    if device == "mps" and torch is not None and torch.backends.mps.is_available():
+        return MemoryReading("mps", torch.mps.current_allocated_memory(),
+                             torch.mps.recommended_max_memory(),
+                             extra={"driver": torch.mps.driver_allocated_memory()})
+    if device == "mlx" and "mlx.core" in sys.modules:
+        mx = sys.modules["mlx.core"]
+        return MemoryReading("mlx", mx.get_active_memory(), None,
+                             extra={"peak": mx.get_peak_memory(), "cache": mx.get_cache_memory()})
+    return None

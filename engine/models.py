@@ -89,6 +89,12 @@ class ModelRegistry:
             self._drop_ref(key)
             raise
 
+    def is_loaded(self, placement: Placement, options: object = None) -> bool:
+        """True if the model for ``placement`` is loaded (so acquiring it costs nothing)."""
+        with self._lock:
+            entry = self._entries.get(self.key_for(placement, options))
+        return entry is not None and entry.model is not None
+
     def release(self, placement: Placement, options: object = None) -> None:
         """Drop one reference; the model is freed when none remain."""
         self._drop_ref(self.key_for(placement, options))

@@ -58,7 +58,7 @@ class PipelineUnit:
     def interrupt(self) -> None:
         """Cut off the reply in progress, as a barge-in would."""
         turn = self.vad.turn_id
-        self.control.cancel(turn, BARGE_IN)
+        self.control.cancel_all(turn, BARGE_IN)
         self.sink.flush()
         self.ctx.metrics.set_cancelled(self.unit, turn)
         self.ctx.events.emit(TurnCancelled(self.unit, turn, BARGE_IN))
@@ -71,7 +71,7 @@ class PipelineUnit:
     def stop(self, timeout: float) -> list[str]:
         """Stop and join everything; returns the names of threads that did not end."""
         self.ctx.stopping.set()
-        self.control.cancel(self.vad.turn_id, BARGE_IN)  # LLM/TTS loops stop at once
+        self.control.cancel_all(self.vad.turn_id, BARGE_IN)  # LLM/TTS loops stop at once
         self.source.close()
         self.sink.flush()
         stuck = [s.name for s in self.stages if not s.join(timeout)]

@@ -83,7 +83,7 @@ class Stage:
         self._blocked_s += time.perf_counter() - start
 
     def is_stale(self, msg: Message) -> bool:
-        return self.ctx.control.is_stale(msg.generation)
+        return self.ctx.control.is_stale(msg.turn_id, msg.generation)
 
     def start(self) -> None:
         self._thread.start()

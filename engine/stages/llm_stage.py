@@ -40,7 +40,7 @@ class LlmStage(Stage):
         first = True
 
         def should_stop() -> bool:
-            return control.is_stale(gen) or self.ctx.stopping.is_set()
+            return control.is_stale(turn, gen) or self.ctx.stopping.is_set()
 
         def figure(name: str, value: float) -> None:
             metrics.figure(unit, turn, name, value, generation=gen)
@@ -67,12 +67,15 @@ class LlmStage(Stage):
             metrics.mark(unit, turn, "llm_stopped", time.perf_counter(), True, gen)
             return
         rest = chunker.flush() if chunker.sentences < self.config.max_sentences else ""
+        capped = step is not None and step.tokens >= self.config.max_new_tokens
+        if capped and spoken and rest and rest[-1] not in ".!?…\"')":
+            rest = ""  # the token cap cut a sentence in half: end on the last whole one
         if rest:
             spoken.append(rest)
             if first:
                 figure("llm_first_chunk_compute_s", time.perf_counter() - start)
         reply = " ".join(spoken)
-        control.run_if_current(gen, lambda: self.conversation.append(turn, msg.text, reply))
+        control.run_if_current(turn, gen, lambda: self.conversation.append(turn, msg.text, reply))
         yield self._chunk(turn, gen, rest, last=True)
 
     def _chunk(self, turn: int, gen: int, text: str, last: bool = False) -> TextChunk:

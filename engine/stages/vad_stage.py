@@ -52,7 +52,6 @@ class VadStage(Stage):
         self._partial_seq = 0
         self._pending = np.zeros(0, np.float32)
         self._pending_t = 0.0
-        self._speculated_gen: int | None = None
         self._playing_turn: int | None = None
         self.ended = False
 
@@ -110,12 +109,10 @@ class VadStage(Stage):
                                     self._partial_seq))
         elif isinstance(event, SegmentEnded):
             self._send_final(event.audio, event.t_speech_start, event.t_speech_end)
-            self._speculated_gen = ctx.control.generation
         elif isinstance(event, Reopened):
-            generation = ctx.control.cancel(self.turn_id, REOPENED)
+            generation = ctx.control.cancel_turn(self.turn_id, REOPENED)
             ctx.metrics.reset_turn_work(unit, self.turn_id, generation)
             ctx.events.emit(TurnCancelled(unit, self.turn_id, REOPENED))
-            self._speculated_gen = None
         elif isinstance(event, Committed):
             ctx.events.emit(UserSpeaking(unit, self.turn_id, False))
             if not event.speculated:
@@ -142,7 +139,7 @@ class VadStage(Stage):
         reply_pending = record is not None and not record.finished and not record.cancelled
         if not (self.sink.is_playing or reply_pending):
             return
-        self.ctx.control.cancel(turn, BARGE_IN)
+        self.ctx.control.cancel_all(turn, BARGE_IN)
         self.sink.flush()
         self.ctx.metrics.set_cancelled(self.ctx.unit, turn)
         self.ctx.metrics.mark(self.ctx.unit, turn, "barge_in", time.perf_counter())

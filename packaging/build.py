@@ -1,0 +1,168 @@
+"""Build the double-clickable Parley app for this platform (``make package`` runs this).
+
+    python packaging/build.py [--clean] [--self-test] [--dmg] [--json]
+
+Runs PyInstaller on packaging/parley.spec from the repository root and writes a
+one-folder app: dist/Parley/ (Linux, Windows) or dist/Parley.app (macOS, with the same
+folder beside it). Prints the build time and the folder's size. ``--self-test`` then runs
+the built app's ``--self-test`` in a clean environment (no venv, no PYTHONPATH, hub
+offline), the way a user's machine would start it, and prints its timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = ROOT / "packaging" / "parley.spec"
+DIST = ROOT / "dist"
+WORK = ROOT / "build" / "pyinstaller"
+SYSTEM = platform.system()
+
+
+def app_folder(dist: Path = DIST) -> Path:
+    """What the build produces: the .app on macOS, else the one-folder app."""
+    return dist / "Parley.app" if SYSTEM == "Darwin" else dist / "Parley"
+
+
+def executable(dist: Path = DIST) -> Path:
+    """The program inside the built app that accepts ``--self-test`` and prints to stdout."""
+    if SYSTEM == "Darwin":
+        return dist / "Parley.app" / "Contents" / "MacOS" / "Parley"
+    if SYSTEM == "Windows":
+        return dist / "Parley" / "Parley-console.exe"  # the windowed Parley.exe has no stdout
+    return dist / "Parley" / "Parley"
+
+
+def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """A bare environment like a double click gets: HOME and a system PATH, hub offline.
+
+    Nothing points into the build's virtualenv, so the app must carry all it needs.
+    Windows needs a few system variables to start any program at all.
+    """
+    env = {"HOME": str(Path.home()), "HF_HUB_OFFLINE": "1", "QT_QPA_PLATFORM": "offscreen"}
+    if SYSTEM == "Windows":
+        for name in ("SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "TEMP", "TMP", "USERPROFILE",
+                     "LOCALAPPDATA", "APPDATA"):
+            if name in os.environ:
+                env[name] = os.environ[name]
+        root = os.environ.get("SYSTEMROOT", r"C:\Windows")
+        env["PATH"] = rf"{root}\System32;{root};{root}\System32\Wbem"  # no venv, no Python
+    else:
+        env["PATH"] = "/usr/bin:/bin"
+    env.update(extra or {})
+    return env
+
+
+def folder_size(path: Path) -> tuple[int, int]:
+    """Bytes and files under ``path``, links not followed (what the user downloads)."""
+    total = files = 0
+    for root, _dirs, names in os.walk(path):
+        for name in names:
+            full = Path(root) / name
+            if not full.is_symlink():
+                total += full.stat().st_size
+                files += 1
+    return total, files
+
+
+def human(n: float) -> str:
+    """Bytes for people: 1.2 GiB."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def build(clean: bool = False) -> dict:
+    """Run PyInstaller; return the figures. SystemExit with its output tail if it fails."""
+    icons = ROOT / "resources" / "icons"
+    needed = ["parley.ico", "parley.icns", "parley-256.png"]
+    if not all((icons / n).is_file() for n in needed):
+        subprocess.run([sys.executable, str(ROOT / "packaging" / "make_icons.py")], check=True)
+    cmd = [sys.executable, "-m", "PyInstaller", "--noconfirm", "--log-level", "WARN",
+           "--distpath", str(DIST), "--workpath", str(WORK), str(SPEC)]
+    if clean:
+        cmd.insert(3, "--clean")
+    print("build: " + " ".join(cmd), file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    result = subprocess.run(cmd, cwd=ROOT)
+    seconds = time.perf_counter() - started
+    if result.returncode != 0:
+        raise SystemExit(f"build: PyInstaller failed (exit {result.returncode}) after {seconds:.0f} s")
+    folder = app_folder()
+    size, files = folder_size(folder)
+    return {"platform": f"{SYSTEM} {platform.machine()}", "app": str(folder.relative_to(ROOT)),
+            "executable": str(executable().relative_to(ROOT)), "build_s": round(seconds, 1),
+            "size_bytes": size, "size": human(size), "files": files}
+
+
+def run_self_test(timeout: float = 900, env_extra: dict[str, str] | None = None) -> dict:
+    """Start the built app with ``--self-test`` in a clean environment; its JSON plus timing."""
+    exe = executable()
+    if not exe.is_file():
+        raise SystemExit(f"build: {exe} does not exist; build first")
+    started = time.perf_counter()
+    proc = subprocess.run([str(exe), "--self-test"], env=clean_env(env_extra), cwd=exe.parent,
+                          capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - started
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        report = {"ok": False, "error": "no JSON on stdout", "stdout": proc.stdout[-2000:]}
+    report["exit_status"] = proc.returncode
+    report["wall_s"] = round(wall, 2)
+    report["stderr_tail"] = proc.stderr[-3000:]
+    return report
+
+
+def make_dmg() -> None:
+    """macOS: verify the signature, wrap the .app in a .dmg, notarize (make_dmg.sh)."""
+    if SYSTEM != "Darwin":
+        raise SystemExit("build: --dmg is for macOS")
+    subprocess.run(["bash", str(ROOT / "packaging" / "macos" / "make_dmg.sh")], cwd=ROOT, check=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build, report, and optionally self-test the built app."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clean", action="store_true", help="drop PyInstaller's cache first")
+    parser.add_argument("--self-test", action="store_true",
+                        help="run the built app's --self-test in a clean environment")
+    parser.add_argument("--dmg", action="store_true", help="macOS: also make dist/Parley.dmg")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args(argv)
+    figures = build(args.clean)
+    print(f"build: {figures['app']} built in {figures['build_s']:.1f} s; "
+          f"{figures['size']} in {figures['files']} files", flush=True)
+    if args.dmg:
+        make_dmg()
+    status = 0
+    if args.self_test:
+        report = run_self_test()
+        figures["self_test"] = {k: report.get(k) for k in (
+            "ok", "exit_status", "error", "transcript", "reply", "launch_to_ready_s",
+            "launch_to_first_reply_audio_s", "total_s", "wall_s")}
+        if report.get("ok") and report["exit_status"] == 0:
+            print(f"build: self-test passed: heard {report['transcript']!r}, replied "
+                  f"{report['reply']!r}; first reply audio {report['launch_to_first_reply_audio_s']} s "
+                  f"after launch, {report['total_s']} s in all", flush=True)
+        else:
+            print(f"build: self-test FAILED (exit {report['exit_status']}): {report.get('error')}\n"
+                  f"{report['stderr_tail']}", file=sys.stderr)
+            status = 1
+    if args.json:
+        print(json.dumps(figures, indent=2))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

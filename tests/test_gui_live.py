@@ -1,0 +1,209 @@
+"""Meters, graphs and the conversation view, fed real EngineSnapshots and real events."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from app.bridge import EventBridge  # noqa: E402
+from app.conversation_view import ConversationView  # noqa: E402
+from app.graphs import SEGMENTS, GraphsPanel, turn_segments  # noqa: E402
+from app.meters import LevelMeter, MetersPanel  # noqa: E402
+from app.ptt import PushToTalkSource  # noqa: E402
+from app.status_line import StageStatus, short_model  # noqa: E402
+from engine.audio.file_source import FileSource  # noqa: E402
+from engine.events import (EngineError, FinalTranscript, PartialTranscript, ReplyText,  # noqa: E402
+                           TurnCancelled, TurnFinished, UserSpeaking)
+
+try:
+    from fixtures_gui import recorded_metrics, snapshot_from
+except ImportError:  # tests/ collected as a package
+    from tests.fixtures_gui import recorded_metrics, snapshot_from
+
+
+def test_meters_show_queues_memory_and_no_mlx_lock(qtbot):
+    panel = MetersPanel()
+    qtbot.addWidget(panel)
+    panel.show()
+    snap = snapshot_from(recorded_metrics())
+    panel.update_snapshot(snap)
+    assert panel.queues.depths == {"vad": (0, 1), "stt": (1, 8), "llm": (2, 8), "tts": (0, 16), "sink": (3, 64)}
+    bar, text = panel.queues._rows["llm"]
+    assert bar.value == pytest.approx(2 / 8) and text.text().startswith("2/8")
+    cpu = panel.memory.readings["cpu"]
+    assert cpu.used_bytes > 10 * 2**20 and cpu.available_bytes > 0  # this process's real RSS
+    name, mem_bar, value, detail = panel.memory._rows["cpu"]
+    assert mem_bar.value == pytest.approx(cpu.used_bytes / cpu.total_bytes)
+    assert "MiB" in value.text() or "GiB" in value.text()
+    assert "available" in detail.text()
+    assert not panel.lock.in_use and panel.lock.detail.text() == "no MLX stage in use"
+
+
+def test_level_meter_reads_dbfs():
+    meter = LevelMeter()
+    meter.set_level(0.1, active=True)
+    assert meter.db == pytest.approx(-20.0)
+    assert meter.bar.value == pytest.approx(40 / 60)
+    meter.set_level(0.1, active=True, passing=False)
+    assert "muted" in meter.text.text()
+    meter.set_level(0.5, active=False)
+    assert meter.bar.value == 0 and meter.text.text() == "mic off"
+
+
+def test_latency_bars_stack_the_stages_of_each_turn(qtbot):
+    metrics = recorded_metrics(turns=3)
+    graphs = GraphsPanel()
+    qtbot.addWidget(graphs)
+    graphs.show()
+    graphs.update_snapshot(snapshot_from(metrics))
+    assert graphs.redraw()
+    turns = metrics.turns()
+    assert graphs.latency.numbers == [1, 2, 3]
+    assert graphs.latency.totals_ms == pytest.approx([t.voice_to_voice * 1000 for t in turns])
+    seg = turn_segments(turns[0])
+    assert seg == pytest.approx([0.55, 0.20, 0.30, 0.05, 0.02])
+    heights = {key: list(graphs.latency.bars[key].opts["height"]) for key, *_ in SEGMENTS}
+    assert heights["stt"] == pytest.approx([200.0] * 3)
+    assert list(graphs.latency.bars["llm"].opts["y0"]) == pytest.approx([750.0] * 3)
+    # Tokens/s and real-time factors are per turn; memory and stage times over time.
+    xs, ys = graphs._curves[(id(graphs.tokens_plot), "tokens/s")].getData()
+    assert list(xs) == [1, 2, 3] and list(ys) == pytest.approx([19.5, 20.5, 21.5])
+    _x, tts_rtf = graphs._curves[(id(graphs.rtf_plot), "TTS")].getData()
+    assert list(tts_rtf) == pytest.approx([0.15] * 3)
+    stt_ms = graphs._curves[(id(graphs.stage_plot), "stt")].yData  # log axis: raw data
+    assert list(stt_ms) == pytest.approx([600.0])  # the latest of its 3 messages
+    _x, mem = graphs._curves[(id(graphs.memory_plot), "cpu")].getData()
+    assert mem[0] > 10  # MiB of real RSS
+    assert not graphs.redraw()  # nothing new: nothing drawn
+
+    metrics.stage_time("stt", 0.25)
+    graphs.update_snapshot(snapshot_from(metrics))
+    assert graphs.redraw()
+    stt_ms = graphs._curves[(id(graphs.stage_plot), "stt")].yData
+    assert list(stt_ms) == pytest.approx([600.0, 250.0])
+
+
+def test_a_reopened_turn_has_no_bar_until_its_reply_is_heard(qtbot):
+    metrics = recorded_metrics(turns=2)
+    metrics.reset_turn_work(0, 2, generation=1)  # the user went on speaking
+    graphs = GraphsPanel()
+    qtbot.addWidget(graphs)
+    graphs.update_snapshot(snapshot_from(metrics))
+    graphs.redraw()
+    assert graphs.latency.numbers == [1]
+
+
+def test_status_line_names_every_stage_and_the_offline_stack(qtbot):
+    status = StageStatus()
+    qtbot.addWidget(status)
+    snap = snapshot_from(recorded_metrics(1))
+    status.show_placements(snap.placements, snap.notes)
+    assert "stt: faster-whisper tiny.en on cpu" in status.text
+    assert "llm: transformers SmolLM2-135M-Instruct.Q4_1 on cpu" in status.text
+    assert status.stack.text() == "Offline stack (bundled models)"
+    assert "bundled offline model" in status.stack.toolTip()
+    assert short_model("rhasspy/piper-voices:en/en_US/lessac/medium/en_US-lessac-medium.onnx") \
+        == "en_US-lessac-medium"
+
+
+def test_events_from_a_stage_thread_reach_the_conversation(qtbot):
+    bridge = EventBridge()
+    view = ConversationView()
+    qtbot.addWidget(view)
+    bridge.user_speaking.connect(view.on_user_speaking)
+    bridge.partial_transcript.connect(view.on_partial)
+    bridge.final_transcript.connect(view.on_final)
+    bridge.reply_text.connect(view.on_reply)
+    bridge.turn_cancelled.connect(view.on_cancelled)
+    bridge.turn_finished.connect(view.on_finished)
+    errors = []
+    bridge.engine_error.connect(lambda stage, msg: errors.append((stage, msg)))
+    record = dataclasses.replace(recorded_metrics(1).turns()[0], turn_id=7)
+
+    def stage_thread(events):
+        for e in events:
+            bridge.on_event(e)
+
+    def run(events):
+        t = threading.Thread(target=stage_thread, args=(events,))
+        t.start()
+        t.join()
+
+    run([UserSpeaking(0, 7, True), PartialTranscript(0, 7, "ask not", "what your")])
+    qtbot.waitUntil(lambda: view.turns() == [(7, "ask not what your", "")], timeout=2000)
+    item = view.item(7)
+    assert "<i" in item.user_bubble.text() and "what your" in item.user_bubble.text()
+    run([FinalTranscript(0, 7, "Ask not what your country can do for you."),
+         ReplyText(0, 7, "I will."), ReplyText(0, 7, "Gladly."), EngineError(0, "tts", "boom")])
+    qtbot.waitUntil(lambda: view.turns()[0][2] == "I will. Gladly.", timeout=2000)
+    assert view.turns()[0][1] == "Ask not what your country can do for you."
+    assert errors == [("tts", "boom")]
+    run([TurnFinished(0, record)])
+    qtbot.waitUntil(lambda: "replied" in item.reply_caption.text(), timeout=2000)
+    assert f"{record.voice_to_voice * 1000:.0f} ms" in item.reply_caption.text()
+    run([UserSpeaking(0, 8, True), TurnCancelled(0, 8, "barge-in")])
+    qtbot.waitUntil(lambda: view.item(8) is not None, timeout=2000)
+    qtbot.waitUntil(lambda: "interrupted" in view.item(8).reply_bubble.text(), timeout=2000)
+    assert "You: Ask not what your country can do for you." in view.plain_text()
+
+
+def test_push_to_talk_passes_speech_only_while_the_key_is_held(jfk_path):
+    source = PushToTalkSource(FileSource(jfk_path, realtime=False), enabled=True)
+    source.open()
+    blocks = [source.read(0.1) for _ in range(100)]  # the first 3.2 s: speech
+    assert all(not b.samples.any() for b in blocks)
+    assert source.level > 0  # the meter still sees the live microphone
+    source.pressed = True
+    held = [source.read(0.1) for _ in range(60)]
+    assert max(float(np.abs(b.samples).max()) for b in held) > 0.1
+    source.enabled = False
+    source.pressed = False
+    assert source.passing and source.read(0.1).samples.size == 512
+    source.close()
+
+
+def test_lock_meter_reads_a_real_mlx_lock(qtbot):
+    from app.meters import LockMeter
+    from engine.mlx_lock import MlxLock
+
+    lock = MlxLock(window_s=5.0)
+    meter = LockMeter()
+    qtbot.addWidget(meter)
+    assert meter.detail.text() == "no MLX stage in use" and not meter.in_use
+    held = threading.Event()
+    release = threading.Event()
+
+    def llm_step():
+        with lock.hold("llm", unit=0):
+            held.set()
+            release.wait(2)
+
+    t = threading.Thread(target=llm_step, name="parley-u0-llm")
+    t.start()
+    held.wait(2)
+    def stt_step():
+        with lock.hold("stt", unit=0):
+            pass
+
+    waiter = threading.Thread(target=stt_step, name="parley-u0-stt")
+    waiter.start()
+    time.sleep(0.1)
+    meter.update_lock(lock.snapshot())
+    assert meter.in_use and "holder: llm (unit 0) for" in meter.detail.text()
+    release.set()
+    t.join()
+    waiter.join()
+    snap = lock.snapshot()
+    meter.update_lock(snap)
+    assert snap.acquisitions == 2 and snap.contended == 1
+    assert "holder: free" in meter.detail.text() and "contended 1 of 2" in meter.detail.text()
+    assert meter.bar.value == pytest.approx(snap.utilization) and snap.utilization > 0
+    assert meter.value.text() == f"{snap.utilization * 100:.0f} %"
+    assert "llm: 1 holds" in meter.stages.text() and "stt: 1 holds" in meter.stages.text()
