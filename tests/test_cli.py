@@ -97,19 +97,19 @@ def test_malformed_config_names_the_key(tmp_path, jfk_path):
     assert "unknown key 'llm.max_new_token'" in result.stderr and "max_new_tokens" in result.stderr
 
 
-def test_missing_optional_package_gives_the_pip_command(tmp_path, jfk_path):
-    # Hide mlx_whisper from this interpreter as if the [mlx] extra were not installed.
+@pytest.mark.parametrize("flags", [["--stt-device", "mlx"], ["--stt-backend", "mlx-whisper"]])
+def test_missing_optional_package_gives_the_pip_command(tmp_path, jfk_path, flags):
+    # Hide MLX from this interpreter as if the [mlx] extra were not installed.
     hide = tmp_path / "hide"
     hide.mkdir()
     (hide / "sitecustomize.py").write_text(
         "import sys\n"
         "class _Hide:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] in ('mlx_whisper',):\n"
+        "        if name.split('.')[0] in ('mlx', 'mlx_whisper', 'mlx_lm'):\n"
         "            raise ModuleNotFoundError(name)\n"
         "sys.meta_path.insert(0, _Hide())\n")
-    result = run_cli("converse", str(jfk_path), "--stt-backend", "mlx-whisper",
-                     env={"PYTHONPATH": str(hide)})
+    result = run_cli("converse", str(jfk_path), *flags, env={"PYTHONPATH": str(hide)})
     assert result.returncode == 2, result.stderr
     assert "pip install 'parley[mlx]'" in result.stderr and "Traceback" not in result.stderr
 
@@ -120,3 +120,6 @@ def test_devices_lists_cpu_and_why_others_are_missing():
     devices = {d["device"]: d for d in json.loads(result.stdout)["devices"]}
     assert devices["cpu"]["available"]
     assert not devices["mps"]["available"] and devices["mps"]["reason"]
+    # mlx[cpu] is installed here: the MLX device shows its memory counters.
+    assert devices["mlx"]["available"]
+    assert {"used_bytes", "peak", "cache"} <= set(devices["mlx"]["memory"])

@@ -92,3 +92,46 @@ def test_missing_optional_package_gives_the_pip_command():
     with pytest.raises(MissingDependencyError) as info:
         _Resolver(config, CPU_ONLY, registry, OFFLINE).resolve("stt")
     assert "pip install 'parley[mlx]'" in str(info.value)
+
+
+def _mac_devices(monkeypatch):
+    """What discovery reports on a Mac, through the real discovery code."""
+    import platform
+
+    monkeypatch.setattr(platform, "system", lambda: "Darwin")
+    devices = [d for d in discover_devices() if d.device.kind != "mps"]
+    return devices + [DeviceInfo(Device("mps"), "Apple GPU (Metal)", True)]
+
+
+def test_apple_silicon_auto_picks_mlx_stages_and_kokoro_on_mps(monkeypatch, tmp_path):
+    import engine.placement as placement_module
+
+    monkeypatch.setattr(placement_module, "is_apple_silicon", lambda: True)
+    # The hub defaults are in the local Hugging Face cache (as after a first run).
+    for repo in ("mlx-community/whisper-large-v3-turbo", "mlx-community/Qwen3-4B-Instruct-2507-4bit",
+                 "hexgrad/Kokoro-82M"):
+        (tmp_path / f"models--{repo.replace('/', '--')}" / "snapshots" / "abc" / "config.json").parent.mkdir(parents=True)
+        (tmp_path / f"models--{repo.replace('/', '--')}" / "snapshots" / "abc" / "config.json").write_text("{}")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    placements = resolve_placements(EngineConfig(), _mac_devices(monkeypatch), hub=HubStatus(offline=True))
+    assert (placements["stt"].backend, str(placements["stt"].device)) == ("mlx-whisper", "mlx")
+    assert (placements["llm"].backend, str(placements["llm"].device)) == ("mlx-lm", "mlx")
+    assert (placements["tts"].backend, str(placements["tts"].device)) == ("kokoro", "mps")
+
+
+def test_cuda_on_macos_is_a_clear_error(monkeypatch):
+    config = EngineConfig().with_overrides({"llm.device": "cuda"})
+    with pytest.raises(DeviceError, match="llm stage: device 'cuda:0' is not available "
+                                          r"\(CUDA does not exist on macOS\)"):
+        resolve_placements(config, _mac_devices(monkeypatch), hub=OFFLINE)
+
+
+def test_several_mlx_units_switch_live_transcription_off_and_say_why():
+    from engine.engine import Engine
+
+    config = EngineConfig().with_overrides({"llm.device": "mlx", "turns.live_transcription": "true"})
+    engine = Engine(config, hub=OFFLINE)
+    assert engine.mlx_in_use
+    assert engine._unit_config(1).turns.live_transcription  # one unit: kept
+    assert not engine._unit_config(2).turns.live_transcription
+    assert any("live transcription is off: 2 pipeline units share the MLX lock" in n for n in engine.notes)
