@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from engine.backends import mlx_guard
+from engine.backends.llm import check_context
 from engine.backends.base import LlmStep, LoadRequest, Progress, no_progress
 from engine.backends.llm.sampling import SAMPLING_TOP_K, NgramBlocker
 from engine.config import LlmConfig
@@ -219,10 +220,7 @@ class MlxLmSession:
         if max_new_tokens < 1:
             raise ConfigError(f"'llm.max_new_tokens' = {max_new_tokens}: it must be at least 1")
         prompt = self.prompt_ids(messages)
-        if llm.context_tokens and len(prompt) + max_new_tokens > llm.context_tokens:
-            raise ModelError(f"the prompt has {len(prompt)} tokens; with {max_new_tokens} new "
-                             f"tokens it exceeds the model's context of {llm.context_tokens}; "
-                             "lower llm.history_turns or llm.max_new_tokens")
+        check_context(len(prompt), max_new_tokens, llm.context_tokens)
         if should_stop():
             return
         unit = self.unit if self.unit is not None else unit_of_current_thread()

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from engine.backends.llm import check_context
 from engine.backends.base import LlmStep, LoadRequest, Progress, no_progress
 from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token
 from engine.config import LlmConfig
@@ -253,10 +254,7 @@ class TransformersLlmSession:
         llm = self.llm
         opts = llm.options
         prompt = self.prompt_ids(messages)
-        if llm.context_tokens and len(prompt) + max_new_tokens > llm.context_tokens:
-            raise ModelError(f"the prompt has {len(prompt)} tokens; with {max_new_tokens} new tokens "
-                             f"it exceeds the model's context of {llm.context_tokens}; "
-                             "lower llm.history_turns or llm.max_new_tokens")
+        check_context(len(prompt), max_new_tokens, llm.context_tokens)
         if should_stop():
             return
         started = time.perf_counter()

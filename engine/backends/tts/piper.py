@@ -24,6 +24,7 @@ import numpy as np
 
 from engine.backends.base import LoadRequest, Progress, TtsChunk
 from engine.backends.tts.text import speakable
+from engine.backends.onnx_device import onnx_actual_device, onnx_providers
 from engine.devices import Device
 from engine.errors import ConfigError, DeviceError, ModelError
 
@@ -98,30 +99,10 @@ def _read_config(path: Path):
 
 
 def _providers(device: Device, available: list[str]) -> list:
-    if device.kind == "cpu":
-        return ["CPUExecutionProvider"]
-    if device.kind == "cuda":
-        if "CUDAExecutionProvider" not in available:
-            raise DeviceError(
-                f"tts stage: onnxruntime has no CUDA provider (providers: {', '.join(available)}); "
-                "install onnxruntime-gpu or put TTS on cpu"
-            )
-        # HEURISTIC, as piper itself does: the exhaustive cuDNN search costs seconds per
-        # new input length, and every sentence has a new length.
-        return [("CUDAExecutionProvider",
-                 {"device_id": device.index or 0, "cudnn_conv_algo_search": "HEURISTIC"}),
-                "CPUExecutionProvider"]
-    raise DeviceError(f"tts stage: Piper runs on cpu or cuda, not on {device}")
-
-
-def _actual_device(session) -> str:
-    provider = session.get_providers()[0]
-    if provider == "CUDAExecutionProvider":
-        options = session.get_provider_options().get(provider, {})
-        return f"cuda:{int(options.get('device_id', 0))}"
-    if provider == "CPUExecutionProvider":
-        return "cpu"
-    return provider
+    # HEURISTIC, as piper itself does: the exhaustive cuDNN search costs seconds per
+    # new input length, and every sentence has a new length.
+    return onnx_providers("tts", "Piper", device, available,
+                          {"cudnn_conv_algo_search": "HEURISTIC"})
 
 
 def _speaker_id(config, voice: str, name: str) -> int | None:
@@ -146,7 +127,7 @@ class PiperTts:
         self._voice = voice
         self.name = name
         self.sample_rate = int(voice.config.sample_rate)
-        self.actual_device = _actual_device(voice.session)
+        self.actual_device = onnx_actual_device(voice.session)
         # The voice's own length_scale is its natural pace; speed scales from there.
         self._syn_config = SynthesisConfig(
             speaker_id=speaker_id, length_scale=voice.config.length_scale / speed)

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.backends.base import LoadRequest, Progress
+from engine.backends.onnx_device import onnx_actual_device, onnx_providers
 from engine.devices import Device
 from engine.errors import AudioInputError, DeviceError, ModelError
 
@@ -42,26 +43,7 @@ def model_path() -> Path:
 
 
 def _providers(device: Device, available: list[str]) -> list:
-    if device.kind == "cpu":
-        return ["CPUExecutionProvider"]
-    if device.kind == "cuda":
-        if "CUDAExecutionProvider" not in available:
-            raise DeviceError(
-                f"vad stage: onnxruntime has no CUDA provider (providers: {', '.join(available)}); "
-                "install onnxruntime-gpu or put the VAD on cpu"
-            )
-        return [("CUDAExecutionProvider", {"device_id": device.index or 0})]
-    raise DeviceError(f"vad stage: Silero VAD runs on cpu or cuda, not on {device}")
-
-
-def _actual_device(session) -> str:
-    provider = session.get_providers()[0]
-    if provider == "CUDAExecutionProvider":
-        options = session.get_provider_options().get(provider, {})
-        return f"cuda:{int(options.get('device_id', 0))}"
-    if provider == "CPUExecutionProvider":
-        return "cpu"
-    return provider
+    return onnx_providers("vad", "Silero VAD", device, available)
 
 
 class SileroStream:
@@ -103,7 +85,7 @@ class SileroVad:
         self._session = session
         self._sr = np.array(SAMPLE_RATE, dtype=np.int64)
         self.path = path
-        self.actual_device = _actual_device(session)
+        self.actual_device = onnx_actual_device(session)
 
     def new_stream(self) -> SileroStream:
         """A fresh stream with its own state (one per pipeline unit or recording)."""
