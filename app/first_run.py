@@ -332,8 +332,13 @@ class ModelDownloadDialog(QDialog):
         self._transfer.thread.start()
 
     def cancel(self) -> None:
-        """Stop the download; the state becomes CANCELLED when the worker has ended."""
-        if self.running and self._transfer is not None:
+        """Stop the download; the state becomes CANCELLED when the worker has ended.
+
+        Decided by what the window has seen, not by the thread: a worker that has just
+        ended but whose result is still queued for the GUI is cancelled all the same.
+        """
+        busy = self.state in (DownloadState.PLANNING, DownloadState.DOWNLOADING)
+        if busy and self._transfer is not None:
             self._transfer.cancel.set()
             self._set_state(DownloadState.CANCELLING, "Cancelling…")
 
@@ -345,7 +350,7 @@ class ModelDownloadDialog(QDialog):
         return not self._transfer.thread.is_alive()
 
     def _on_cancel_clicked(self) -> None:
-        if self.running:
+        if self.state in (DownloadState.PLANNING, DownloadState.DOWNLOADING):
             self.cancel()
         else:
             self.reject()
@@ -384,6 +389,9 @@ class ModelDownloadDialog(QDialog):
 
     def _on_ended(self, state: str, message: str) -> None:
         final = DownloadState(state)
+        cancelled = self._transfer is not None and self._transfer.cancel.is_set()
+        if cancelled and final is not DownloadState.DONE:
+            final, message = DownloadState.CANCELLED, "Download cancelled."
         if final is DownloadState.DONE:
             self.progress.setRange(0, 1000)
             self.progress.setValue(1000)

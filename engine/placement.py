@@ -36,7 +36,9 @@ class Placement:
 
     def describe(self) -> str:
         """One line for status bars: ``stt: faster-whisper tiny.en on cpu (bundled)``."""
-        name = self.model.rstrip("/").split("/")[-1]
+        parts = self.model.rstrip("/").split("/")
+        # A bundled folder is often just ".../model": name the package it came from too.
+        name = "/".join(parts[-2:]) if parts[-1] in ("model", "data") and len(parts) > 1 else parts[-1]
         return f"{self.stage}: {self.backend} {name} on {self.device}" + (" (bundled)" if self.bundled else "")
 
 
