@@ -12,7 +12,6 @@ import enum
 import json
 import logging
 import sys
-from pathlib import Path
 
 from engine.config import EngineConfig, config_fields, load_config
 from engine.errors import NoSpeechError, ParleyError
@@ -41,11 +40,6 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
     overrides = {dotted: getattr(args, dotted) for dotted, _f, _t in config_fields()
                  if getattr(args, dotted, None) is not None}
     return config.with_overrides(overrides)
-
-
-def _stderr_progress(stage: str, fraction: float | None, text: str) -> None:
-    pct = "" if fraction is None else f" {fraction * 100:3.0f}%"
-    print(f"[{stage}{pct}] {text}", file=sys.stderr, flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -110,9 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
-def write_json(data: dict, path: Path | None = None) -> None:
-    text = json.dumps(data, indent=2, ensure_ascii=False)
-    print(text)
+def write_json(data: dict) -> None:
+    """The one JSON document of ``--json``, on stdout (progress goes to stderr)."""
+    print(json.dumps(data, indent=2, ensure_ascii=False))
 
 
 if __name__ == "__main__":

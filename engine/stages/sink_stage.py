@@ -26,8 +26,9 @@ class SinkStage(Stage):
     def process(self, msg: Message) -> Iterator[Message]:
         if isinstance(msg, TurnCommitted):
             self._committed.add(msg.turn_id)
-            held, self._held = self._held, []
-            for out in held:
+            released = [m for m in self._held if m.turn_id == msg.turn_id]
+            self._held = [m for m in self._held if m.turn_id != msg.turn_id]
+            for out in released:
                 if not self.is_stale(out):
                     self._play(out)
         elif isinstance(msg, AudioOut):

@@ -53,7 +53,6 @@ class VadStage(Stage):
         self._pending = np.zeros(0, np.float32)
         self._pending_t = 0.0
         self._playing_turn: int | None = None
-        self.ended = False
 
     def _run(self) -> None:  # reads the source instead of an inbox
         try:
@@ -73,8 +72,6 @@ class VadStage(Stage):
         except Exception as exc:  # noqa: BLE001 - reported, the unit then drains
             self._report(f"{type(exc).__name__}: {exc}")
             self.emit(EndOfStream(self.turn_id, self.ctx.control.generation))
-        finally:
-            self.ended = True
 
     def _feed(self, samples: np.ndarray, t_start: float) -> None:
         if self._pending.size == 0:
