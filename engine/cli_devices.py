@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from engine.devices import discover_devices
@@ -33,8 +34,8 @@ def run_devices(as_json: bool) -> int:
                                      **memory[str(d.device)].extra}
                                     if str(d.device) in memory else None)}
                         for d in devices],
-            "audio_inputs": [vars(i) if hasattr(i, "__dict__") else i.__repr__() for i in inputs],
-            "audio_outputs": [vars(o) if hasattr(o, "__dict__") else o.__repr__() for o in outputs],
+            "audio_inputs": [dataclasses.asdict(i) for i in inputs],
+            "audio_outputs": [dataclasses.asdict(o) for o in outputs],
             "audio_error": audio_error,
         })
         return 0
@@ -51,10 +52,10 @@ def run_devices(as_json: bool) -> int:
         print(line)
     print("Sound inputs:" if inputs else "Sound inputs: none found")
     for i in inputs:
-        print(f"  {i}")
+        print(f"  {i.label}")
     print("Sound outputs:" if outputs else "Sound outputs: none found")
     for o in outputs:
-        print(f"  {o}")
+        print(f"  {o.label}")
     if audio_error:
         print(f"  (audio: {audio_error})", file=sys.stderr)
     return 0
