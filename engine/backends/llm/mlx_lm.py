@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from engine.backends import mlx_guard
-from engine.backends.llm import check_context
+from engine.backends.llm import check_context, reusable_prefix
 from engine.backends.base import LlmStep, LoadRequest, Progress, no_progress
 from engine.backends.llm.sampling import SAMPLING_TOP_K, NgramBlocker
 from engine.config import LlmConfig
@@ -284,11 +284,7 @@ class MlxLmSession:
         from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
         cached = self._cached_ids
-        # Run at least one prompt token: its logits choose the first reply token.
-        limit = min(len(cached), len(prompt) - 1)
-        common = 0
-        while common < limit and cached[common] == prompt[common]:
-            common += 1
+        common = reusable_prefix(cached, prompt)
         cache = self._cache
         extra = len(cached) - common
         if cache is not None and extra > 0:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from engine.backends.llm import check_context
+from engine.backends.llm import check_context, reusable_prefix
 from engine.backends.base import LlmStep, LoadRequest, Progress, no_progress
 from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token
 from engine.config import LlmConfig
@@ -304,11 +304,7 @@ class TransformersLlmSession:
         from transformers import DynamicCache
 
         cached = self._cached_ids
-        # Keep at least one prompt token to run: its logits choose the first reply token.
-        limit = min(len(cached), len(prompt) - 1)
-        common = 0
-        while common < limit and cached[common] == prompt[common]:
-            common += 1
+        common = reusable_prefix(cached, prompt)
         cache = self._cache
         if cache is not None and cache.get_seq_length() != len(cached):
             common = 0  # a cache that does not hold what we think (sliding window): rebuild
