@@ -1,15 +1,16 @@
-# Parley: `make run` installs and starts the app; `make test` installs the test tools and
-# runs every test. Both create .venv on first use.
+# Parley: `make run` installs and starts the app; `make test` installs the test tools, runs
+# ruff and then every test. Both create .venv on first use. `make screenshots` refreshes
+# the PNGs in resources/screenshots (tests write theirs to a temporary folder).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 # No NVIDIA GPU and not a Mac: keep torch on its CPU build (see .ci/constraints-cpu.txt).
 TORCH_CONSTRAINT ?= $(shell command -v nvidia-smi >/dev/null 2>&1 || [ "$$(uname)" = Darwin ] || echo .ci/constraints-cpu.txt)
 CONSTRAINT_FLAG := $(if $(TORCH_CONSTRAINT),-c $(TORCH_CONSTRAINT),)
-INPUT ?= ../shared/audio/jfk.flac
+INPUT ?= resources/audio/jfk.flac
 PYTEST_ARGS ?=
 
-.PHONY: run converse install install-dev test bench package package-test clean
+.PHONY: run converse install install-dev test screenshots bench package package-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,7 +41,12 @@ bench: install
 	$(BIN)/parley-cli bench $(INPUT) --runs 5
 
 test: install-dev
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Tests write screenshots to a temporary folder; this refreshes the ones tracked in git.
+screenshots: install-dev
+	PARLEY_SCREENSHOTS_DIR=resources/screenshots $(BIN)/python -m pytest tests/test_gui_e2e.py $(PYTEST_ARGS)
 
 package: install-dev
 	$(BIN)/python packaging/build.py

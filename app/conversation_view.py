@@ -1,17 +1,100 @@
 """The conversation: the user's words as recognised (a live partial line that firms up into
-the final transcript) and Parley's reply streaming in, one pair of bubbles per turn."""
+the final transcript) and Parley's reply streaming in, one pair of bubbles per turn.
+
+The reply is shown as the LLM wrote it, its Markdown rendered (bold, italic, code, links,
+lists); the user's words are plain text, never read as Markdown. What the voice says is
+made elsewhere (``engine.speech_text``) and never shown here.
+"""
 
 from __future__ import annotations
 
 import html
+import re
 
 from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor, QTextDocument
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy,
                                QVBoxLayout, QWidget)
 
 from app.theme import MUTED
 
 _KEEP_TURNS = 200
+
+# Raw HTML in a reply is shown as text ("use a <div>"), not interpreted.
+_MARKDOWN = (QTextDocument.MarkdownFeature.MarkdownDialectGitHub
+             | QTextDocument.MarkdownFeature.MarkdownNoHTML)
+# The line kinds that decide how two pieces of a reply are joined (see _join_markdown).
+_LIST_LINE = re.compile(r"[ \t]*(?:[-*+]|\d{1,9}[.)])[ \t]")
+_QUOTE_LINE = re.compile(r"[ \t]*>")
+_TABLE_LINE = re.compile(r"[ \t]*\|")
+_HEADING_LINE = re.compile(r"[ \t]*#{1,6}(?:[ \t]|$)")
+_FENCE_LINE = re.compile(r"[ \t]*(?:`{3}|~{3})")
+_CODE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n]*\n.*?(?:^[ \t]*\1[`~]*[ \t]*$|\Z)|(`+).*?\2",
+                   re.MULTILINE | re.DOTALL)
+# A "*" between two word characters is "2*3", not emphasis: CommonMark would pair the
+# ones in "2*3 and 4*5" into italics and drop them from view.
+_INTRAWORD_STAR = re.compile(r"(?<=\w)\*(?=\w)")
+_BODY_STYLE = re.compile(r"<body[^>]*>")
+
+
+def _line_kind(line: str) -> str | None:
+    for kind, pattern in (("list", _LIST_LINE), ("quote", _QUOTE_LINE), ("table", _TABLE_LINE),
+                          ("heading", _HEADING_LINE), ("fence", _FENCE_LINE)):
+        if pattern.match(line):
+            return kind
+    return None
+
+
+def _join_markdown(source: str, piece: str) -> str:
+    """``source`` with the reply piece ``piece`` added, keeping the Markdown's blocks.
+
+    The pieces come trimmed from the chunker, which cuts at sentence ends and line breaks
+    alike; a single space would run a list into one paragraph. A piece that opens a block
+    (list item, quote, table row, heading, code fence) starts a new line, a new paragraph
+    when the block kind changes; anything after a heading or a code block starts a new
+    paragraph; other pieces continue the line (a paragraph right after a list therefore
+    renders as part of the last item: the pieces do not tell the two apart).
+    """
+    if not source:
+        return piece
+    before = _line_kind(source.rsplit("\n", 1)[-1])
+    after = _line_kind(piece.split("\n", 1)[0])
+    if before in ("heading", "fence"):
+        sep = "\n\n"
+    elif after is None:
+        sep = " "
+    elif after == before and after != "heading":
+        sep = "\n"
+    else:
+        sep = "\n\n"
+    return f"{source}{sep}{piece}"
+
+
+def _protect_stars(markdown: str) -> str:
+    """Escape the "*" of "2*3" outside code, where a backslash would show."""
+    out, last = [], 0
+    for code in _CODE.finditer(markdown):
+        out.append(_INTRAWORD_STAR.sub(r"\\*", markdown[last:code.start()]))
+        out.append(code.group(0))
+        last = code.end()
+    out.append(_INTRAWORD_STAR.sub(r"\\*", markdown[last:]))
+    return "".join(out)
+
+
+def render_markdown(document: QTextDocument, markdown: str, suffix: str = "") -> None:
+    """Fill ``document`` with the reply ``markdown`` rendered, then ``suffix`` in muted text."""
+    document.setMarkdown(_protect_stars(markdown), _MARKDOWN)
+    if suffix:
+        cursor = QTextCursor(document)
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        muted = QTextCharFormat()
+        muted.setForeground(QColor(MUTED))
+        cursor.insertText(suffix, muted)
+
+
+def _label_html(document: QTextDocument) -> str:
+    # The body's font would override the bubble's stylesheet font: drop it, keep the rest.
+    return _BODY_STYLE.sub("<body>", document.toHtml(), count=1)
 
 
 def _bubble(object_name: str) -> QLabel:
@@ -33,7 +116,9 @@ class TurnItem(QWidget):
         self.stable = ""
         self.unstable = ""
         self.transcript: str | None = None  # the final transcript, once known
-        self.reply = ""
+        self.reply = ""  # the reply's pieces as written, joined by single spaces
+        self.reply_markdown = ""  # the same pieces joined to keep their Markdown blocks
+        self.reply_document = QTextDocument(self)  # what the reply bubble shows
         self.cancelled = ""
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 4, 0, 4)
@@ -42,6 +127,11 @@ class TurnItem(QWidget):
         self.user_bubble = _bubble("userBubble")
         self.reply_caption = self._caption("Parley", Qt.AlignmentFlag.AlignLeft)
         self.reply_bubble = _bubble("replyBubble")
+        # Links in a reply open on a click; mouse only, so the bubble never takes the
+        # keyboard focus (the push-to-talk key).
+        self.reply_bubble.setOpenExternalLinks(True)
+        self.reply_bubble.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
+                                                  | Qt.TextInteractionFlag.LinksAccessibleByMouse)
         layout.addWidget(self.user_caption)
         layout.addLayout(self._row(self.user_bubble, right=True))
         layout.addWidget(self.reply_caption)
@@ -81,8 +171,11 @@ class TurnItem(QWidget):
         self._render_user()
 
     def add_reply(self, text: str) -> None:
-        """A clause of the reply as it goes to TTS."""
-        self.reply = f"{self.reply} {text.strip()}".strip()
+        """A piece of the reply (a clause, a sentence, a list item) as the LLM wrote it."""
+        piece = text.strip()
+        self.reply = f"{self.reply} {piece}".strip()
+        if piece:
+            self.reply_markdown = _join_markdown(self.reply_markdown, piece)
         self._render_reply()
 
     def reopen(self) -> None:
@@ -91,6 +184,8 @@ class TurnItem(QWidget):
             self.stable, self.unstable = self.transcript, ""
         self.transcript = None
         self.reply = ""
+        self.reply_markdown = ""
+        self.reply_document.clear()
         self.reply_caption.hide()
         self.reply_bubble.hide()
         self._render_user()
@@ -126,10 +221,18 @@ class TurnItem(QWidget):
     def _render_reply(self) -> None:
         self.reply_caption.show()
         self.reply_bubble.show()
-        text = html.escape(self.reply) if self.reply else f"<i style='color:{MUTED}'>…</i>"
-        if self.cancelled:
-            text += f" <span style='color:{MUTED}'>— interrupted</span>"
-        self.reply_bubble.setText(text)
+        if not self.reply_markdown:
+            text = f"<i style='color:{MUTED}'>…</i>"
+            if self.cancelled:
+                text += f" <span style='color:{MUTED}'>— interrupted</span>"
+            self.reply_document.clear()
+            self.reply_bubble.setText(text)
+            return
+        # Rendered afresh from the whole reply each time: a piece may close a bold span or
+        # a list the previous piece opened.
+        render_markdown(self.reply_document, self.reply_markdown,
+                        " — interrupted" if self.cancelled else "")
+        self.reply_bubble.setText(_label_html(self.reply_document))
 
 
 class ConversationView(QScrollArea):
@@ -244,4 +347,5 @@ class ConversationView(QScrollArea):
 
     def _follow(self, _lo: int, hi: int) -> None:
         if self._at_end:
-            QTimer.singleShot(0, lambda: self.verticalScrollBar().setValue(self.verticalScrollBar().maximum()))
+            bar = self.verticalScrollBar()
+            QTimer.singleShot(0, lambda: bar.setValue(bar.maximum()))

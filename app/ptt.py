@@ -53,6 +53,16 @@ class PushToTalkSource:
         return self.inner.overflow_count
 
     @property
+    def buffered_blocks(self) -> int:
+        """Blocks the inner source captured and nobody read yet."""
+        return int(getattr(self.inner, "buffered_blocks", 0))
+
+    @property
+    def buffer_capacity(self) -> int:
+        """How many blocks the inner source buffers."""
+        return int(getattr(self.inner, "buffer_capacity", 0))
+
+    @property
     def level(self) -> float:
         """The live input level, gated or not."""
         return self.inner.level

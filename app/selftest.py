@@ -54,6 +54,14 @@ def _progress(stage: str, fraction: float | None, text: str) -> None:
     print(f"[self-test {stage}{pct}] {text}", file=sys.stderr, flush=True)
 
 
+def _show_error(event) -> None:
+    """Stage errors on stderr as they happen (they are in the JSON's ``errors`` too)."""
+    from engine.events import EngineError
+
+    if isinstance(event, EngineError):
+        print(f"error in {event.stage}: {event.message}", file=sys.stderr, flush=True)
+
+
 def _reply_audio(path: Path) -> dict:
     """Length and loudness of the reply the sink wrote (empty when nothing was played)."""
     import numpy as np
@@ -88,9 +96,8 @@ def _config(path: str | None):
 def _run(config_path: str | None, summary: dict) -> list[str]:
     """The self-test proper; fills ``summary`` and returns the failed checks."""
     from engine.audio.decode import load_audio
-    from engine.cli_converse import run_recording
-    from engine.engine import Engine
     from engine.hub import HubStatus
+    from engine.recording import load_engine, run_recording
     from engine.report import placement_dict, turn_dict
 
     from app.resources import resource_path
@@ -99,11 +106,15 @@ def _run(config_path: str | None, summary: dict) -> list[str]:
     recording = resource_path("audio", SAMPLE)
     summary["recording"] = str(recording)
     audio = load_audio(recording)
-    engine = Engine(config, hub=HubStatus(offline=True))
-    summary["notes"] = list(engine.notes)
-    summary["llm_cache"] = _gguf_cache(engine.placements["llm"].model)
     started = time.perf_counter()
-    engine.load(_progress)
+
+    def resolved(engine) -> None:  # placements known, nothing loaded yet
+        nonlocal started
+        summary["notes"] = list(engine.notes)
+        summary["llm_cache"] = _gguf_cache(engine.placements["llm"].model)
+        started = time.perf_counter()
+
+    engine = load_engine(config, progress=_progress, hub=HubStatus(offline=True), resolved=resolved)
     summary["load_s"] = round(time.perf_counter() - started, 3)
     summary["launch_to_ready_s"] = round(time.time() - summary["_launch"], 3)
     try:
@@ -113,7 +124,7 @@ def _run(config_path: str | None, summary: dict) -> list[str]:
         with tempfile.TemporaryDirectory(prefix="parley-self-test-") as tmp:
             out = Path(tmp) / "reply.wav"
             # run_recording stops the unit, which closes the sink: the file is written.
-            turns, errors = run_recording(engine, audio, str(out), realtime=False, echo=False)
+            turns, errors = run_recording(engine, audio, str(out), realtime=False, on_event=_show_error)
             summary["reply_audio"] = _reply_audio(out)
     finally:
         engine.close()
@@ -169,7 +180,7 @@ def run_self_test(argv_config_path: str | None = None, output: str | None = None
         summary["error"] = str(exc)
         summary["error_type"] = type(exc).__name__
         status = exc.exit_code
-    except Exception as exc:  # a packaging fault (missing module or data file): show all
+    except Exception as exc:  # noqa: BLE001 - a packaging fault (missing module or data file): show all
         traceback.print_exc(file=sys.stderr)
         summary["error"] = f"{type(exc).__name__}: {exc}"
         summary["error_type"] = type(exc).__name__

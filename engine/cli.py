@@ -3,13 +3,16 @@
 Every config setting has a flag derived from its field (``stt.device`` is
 ``--stt-device``); ``--config FILE`` loads a TOML file first and flags override it.
 Progress goes to stderr, so ``--json`` output on stdout stays clean.
+
+This module parses the arguments and dispatches to the subcommand modules
+(``engine.cli_converse``, ``engine.cli_devices``); they never import it back (what they
+share lives in ``engine.cli_output``).
 """
 
 from __future__ import annotations
 
 import argparse
 import enum
-import json
 import logging
 import sys
 
@@ -102,11 +105,6 @@ def main(argv: list[str] | None = None) -> int:
         print("parley-cli: interrupted", file=sys.stderr)
         return 130
     return 2
-
-
-def write_json(data: dict) -> None:
-    """The one JSON document of ``--json``, on stdout (progress goes to stderr)."""
-    print(json.dumps(data, indent=2, ensure_ascii=False))
 
 
 if __name__ == "__main__":

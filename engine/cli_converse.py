@@ -1,19 +1,26 @@
-"""``parley-cli converse`` and ``parley-cli bench``: recordings through the real pipeline."""
+"""``parley-cli converse`` and ``parley-cli bench``: recordings through the real pipeline.
+
+The run itself is ``engine.recording`` (shared with ``parley --self-test``); this module
+adds what a terminal user sees: the placements, load progress and the run's words on
+stderr, the result on stdout.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from engine.cli_output import write_json
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.errors import AudioInputError, NoSpeechError, ParleyError
 from engine.events import EngineError, Event, FinalTranscript, ReplyText
-from engine.metrics import TurnRecord
+from engine.recording import load_engine, run_recording, uses_bundled_stack
 from engine.report import bench_summary, format_bench, format_turn, placement_dict, turn_dict
 
 
@@ -24,57 +31,35 @@ def _progress(stage: str, fraction: float | None, text: str) -> None:
 
 def prepare_engine(config: EngineConfig, registry=None) -> Engine:
     """Resolve placements (errors before any model loads), show the choices, load."""
-    engine = Engine(config, registry=registry)
-    for placement in engine.placements.values():
-        print(f"[{placement.stage}] {placement.describe()}", file=sys.stderr)
-    for note in engine.notes:
-        print(f"note: {note}", file=sys.stderr)
-    if all(p.bundled for p in engine.placements.values() if p.stage != "vad"):
-        print("note: using the bundled offline stack", file=sys.stderr)
     started = time.perf_counter()
-    engine.load(_progress)
+
+    def show_choices(engine: Engine) -> None:
+        nonlocal started
+        for placement in engine.placements.values():
+            print(f"[{placement.stage}] {placement.describe()}", file=sys.stderr)
+        for note in engine.notes:
+            print(f"note: {note}", file=sys.stderr)
+        if uses_bundled_stack(engine):
+            print("note: using the bundled offline stack", file=sys.stderr)
+        started = time.perf_counter()
+
+    engine = load_engine(config, registry, _progress, resolved=show_choices)
     print(f"models ready in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return engine
 
 
-def run_recording(engine: Engine, audio: np.ndarray, output: str | None, realtime: bool,
-                  echo: bool) -> tuple[list[TurnRecord], list[str]]:
-    """Stream ``audio`` (16 kHz mono) through a fresh pipeline unit; wait until every reply
-    was played; return this run's turns and the errors stages reported."""
-    from engine.audio.file_sink import FileSink
-    from engine.audio.file_source import FileSource
+def _echo(echo: bool) -> Callable[[Event], None]:
+    """The run's events on stderr: stage errors always, the words and replies if ``echo``."""
 
-    cfg = engine.config
-    trailing = (cfg.vad.min_silence_ms + cfg.turns.reopen_grace_ms) / 1000 + 0.5
-    source = FileSource(audio, realtime=realtime, trailing_silence_s=trailing)
-    sink = FileSink(output, realtime=realtime)
-    errors: list[str] = []
-
-    def listen(event: Event) -> None:
+    def show(event: Event) -> None:
         if isinstance(event, EngineError):
-            errors.append(f"{event.stage}: {event.message}")
             print(f"error in {event.stage}: {event.message}", file=sys.stderr)
         elif echo and isinstance(event, FinalTranscript):
             print(f"you:    {event.text}", file=sys.stderr)
         elif echo and isinstance(event, ReplyText):
             print(f"parley: {event.text}", file=sys.stderr)
 
-    unsubscribe = engine.subscribe(listen)
-    t_run = time.perf_counter()
-    engine.start([source], [sink])
-    try:
-        deadline = t_run + source.duration_s * (1.2 if realtime else 0) + 600
-        while not engine.wait_drained(0.25):
-            if time.perf_counter() > deadline:
-                errors.append("the pipeline did not finish within its time limit")
-                break
-    finally:
-        stuck = engine.stop()
-        unsubscribe()
-    if stuck:
-        errors.append(f"threads did not stop: {', '.join(stuck)}")
-    turns = [t for t in engine.metrics.turns() if t.marks.get("speech_start", 0) >= t_run]
-    return turns, errors
+    return show
 
 
 def _load_input(path: str) -> np.ndarray:
@@ -95,7 +80,7 @@ def run_converse(args: argparse.Namespace, config: EngineConfig) -> int:
         config = config.with_overrides({"turns.barge_in": "off"})
     engine = prepare_engine(config)
     try:
-        turns, errors = run_recording(engine, audio, args.output, not args.fast, not args.json)
+        turns, errors = run_recording(engine, audio, args.output, not args.fast, _echo(not args.json))
         placements = [placement_dict(p, getattr(engine.models.get(s), "actual_device", None))
                       for s, p in engine.placements.items()]
     finally:
@@ -104,8 +89,6 @@ def run_converse(args: argparse.Namespace, config: EngineConfig) -> int:
         raise NoSpeechError(f"no speech found in {args.input} ({audio.size / 16000:.1f} s of audio): "
                             "no turn was taken")
     if args.json:
-        from engine.cli import write_json
-
         write_json({"input": args.input, "output": args.output, "realtime": not args.fast,
                     "placements": placements, "notes": list(engine.notes),
                     "turns": [turn_dict(t) for t in turns], "errors": errors})
@@ -132,7 +115,8 @@ def bench_variants(config: EngineConfig, compare: list[str],
     for spec in compare:
         key, sep, values = spec.partition("=")
         if not sep or not values:
-            raise ParleyError(f"--compare {spec!r}: expected KEY=VALUE1,VALUE2 (e.g. turns.speculative=false,true)")
+            raise ParleyError(f"--compare {spec!r}: expected KEY=VALUE1,VALUE2 "
+                              "(e.g. turns.speculative=false,true)")
         variants = [(f"{label} {key}={value}".strip(), cfg.with_overrides({key: value}))
                     for label, cfg in variants for value in values.split(",")]
     return variants
@@ -153,7 +137,7 @@ def run_bench(args: argparse.Namespace, config: EngineConfig) -> int:
         runs: dict[str, list[list[dict]]] = {label: [] for label, _ in variants}
         for run in range(args.runs):
             for (label, _cfg), engine in zip(variants, engines):  # interleaved: fair to both
-                turns, errors = run_recording(engine, audio, None, realtime=True, echo=False)
+                turns, errors = run_recording(engine, audio, None, realtime=True, on_event=_echo(False))
                 if errors:
                     raise ParleyError(f"bench run {run + 1} failed: {'; '.join(errors)}")
                 if not turns:
@@ -169,8 +153,6 @@ def run_bench(args: argparse.Namespace, config: EngineConfig) -> int:
             engine.close()
     summaries = {label: bench_summary([t for run in runs[label] for t in run]) for label in runs}
     if args.json:
-        from engine.cli import write_json
-
         write_json({"input": args.input, "runs": args.runs, "placements": placements,
                     "config": {k: (v.value if hasattr(v, "value") else v)
                                for k, v in config.flat().items()},

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 
+from engine.cli_output import write_json
 from engine.devices import discover_devices
 from engine.memory import sample_memory
 
@@ -25,8 +26,6 @@ def run_devices(as_json: bool) -> int:
     except Exception as exc:  # noqa: BLE001 - no PortAudio is a fact to show, not a crash
         inputs, outputs, audio_error = [], [], str(exc)
     if as_json:
-        from engine.cli import write_json
-
         write_json({
             "devices": [{"device": str(d.device), "name": d.name, "available": d.available,
                          "reason": d.reason, "total_bytes": d.total_bytes, "free_bytes": d.free_bytes,
@@ -42,7 +41,7 @@ def run_devices(as_json: bool) -> int:
     print("Compute devices:")
     for d in devices:
         state = "available" if d.available else f"not available: {d.reason}"
-        line = f"  {str(d.device):8} {d.name} — {state}"
+        line = f"  {d.device!s:8} {d.name} — {state}"
         if d.total_bytes:
             line += f" (total {_gib(d.total_bytes)}, free {_gib(d.free_bytes)})"
         reading = memory.get(str(d.device))

@@ -60,8 +60,8 @@ class SttConfig:
     device: str = field(default=_AUTO, metadata=_range(help="device for STT"))
     dtype: str = field(default=_AUTO,
         metadata=_range(help="compute type (auto, float32, float16, int8)"))
-    language: str = field(default="en", metadata=_range(help="spoken language"))
-    beam_size: int = field(default=1, metadata=_range(1, 10, "beam width"))
+    language: str = field(default="en", metadata=_range(help="spoken language", runtime=True))
+    beam_size: int = field(default=1, metadata=_range(1, 10, "beam width", runtime=True))
 
 
 @dataclass(frozen=True)
@@ -83,11 +83,12 @@ class LlmConfig:
         metadata=_range(1, 50, "sentence cap per spoken reply", runtime=True))
     history_turns: int = field(default=6,
         metadata=_range(0, 100, "past turns kept in the prompt", runtime=True))
-    temperature: float = field(default=0.0, metadata=_range(0.0, 2.0, "0 is greedy"))
+    temperature: float = field(default=0.0,
+        metadata=_range(0.0, 2.0, "0 is greedy", runtime=True))
     repetition_penalty: float = field(default=1.3,
-        metadata=_range(1.0, 3.0, "penalty on repeated tokens"))
+        metadata=_range(1.0, 3.0, "penalty on repeated tokens", runtime=True))
     no_repeat_ngram_size: int = field(default=4,
-        metadata=_range(0, 20, "forbid repeating n-grams (0 off)"))
+        metadata=_range(0, 20, "forbid repeating n-grams (0 off)", runtime=True))
 
 
 @dataclass(frozen=True)
@@ -97,8 +98,8 @@ class TtsConfig:
     backend: str = field(default=_AUTO, metadata=_range(help="TTS backend"))
     model: str = field(default=_AUTO, metadata=_range(help="voice model id, file, or auto"))
     device: str = field(default=_AUTO, metadata=_range(help="device for TTS"))
-    voice: str = field(default=_AUTO, metadata=_range(help="speaker or voice name"))
-    speed: float = field(default=1.0, metadata=_range(0.25, 4.0, "speaking rate"))
+    voice: str = field(default=_AUTO, metadata=_range(help="speaker or voice name", runtime=True))
+    speed: float = field(default=1.0, metadata=_range(0.25, 4.0, "speaking rate", runtime=True))
 
 
 @dataclass(frozen=True)
@@ -116,14 +117,15 @@ class TurnConfig:
     """How turns are taken, reopened and interrupted."""
 
     reopen_grace_ms: int = field(default=900,
-        metadata=_range(0, 5000, "wait after a segment before the turn ends"))
+        metadata=_range(0, 5000, "wait after a segment before the turn ends", runtime=True))
     speculative: bool = field(default=True,
-        metadata=_range(help="start STT/LLM during the reopen grace"))
+        metadata=_range(help="start STT/LLM during the reopen grace", runtime=True))
     live_transcription: bool = field(default=False,
-        metadata=_range(help="transcribe while the user speaks"))
+        metadata=_range(help="transcribe while the user speaks", runtime=True))
     live_transcription_interval: float = field(default=0.5,
-        metadata=_range(0.1, 10.0, "seconds between partials"))
-    barge_in: BargeIn = field(default=BargeIn.FULL_DUPLEX, metadata=_range(help="barge-in mode"))
+        metadata=_range(0.1, 10.0, "seconds between partials", runtime=True))
+    barge_in: BargeIn = field(default=BargeIn.FULL_DUPLEX,
+        metadata=_range(help="barge-in mode", runtime=True))
 
 
 @dataclass(frozen=True)
@@ -292,7 +294,8 @@ def coerce(dotted: str, raw: Any, tp: type, meta: Any = None) -> Any:
         else:  # pragma: no cover - every field type is listed above
             raise ConfigError(f"'{dotted}' has an unsupported type {tp}")
     except (TypeError, ValueError):
-        raise ConfigError(f"'{dotted}' must be {'an integer' if tp is int else 'a number'}; got {raw!r}") from None
+        kind = "an integer" if tp is int else "a number"
+        raise ConfigError(f"'{dotted}' must be {kind}; got {raw!r}") from None
     lo, hi = meta.get("min"), meta.get("max")
     if (lo is not None and value < lo) or (hi is not None and value > hi):
         raise ConfigError(f"'{dotted}' must be between {lo} and {hi}; got {value}")

@@ -17,19 +17,25 @@ class Exchange:
 
 
 class Conversation:
-    """What the LLM sees: a system prompt plus the last ``max_turns`` exchanges."""
+    """One unit's exchanges, bounded; the prompt takes the last ``history_turns`` of them.
 
-    def __init__(self, system_prompt: str, max_turns: int) -> None:
-        self.system_prompt = system_prompt
-        self.max_turns = max_turns
+    The system prompt and the history length are read per turn (they are runtime
+    settings), so the history itself outlives any change of them.
+    """
+
+    #: Exchanges kept: the most any prompt can ask for (``llm.history_turns`` <= 100).
+    KEEP = 100
+
+    def __init__(self) -> None:
         self._lock = threading.Lock()
         self._exchanges: list[Exchange] = []
 
-    def messages_for(self, user_text: str) -> list[dict[str, str]]:
+    def messages_for(self, user_text: str, system_prompt: str,
+                     history_turns: int) -> list[dict[str, str]]:
         """Chat messages for a new user turn, oldest history first."""
         with self._lock:
-            history = self._exchanges[-self.max_turns:] if self.max_turns else []
-        messages = [{"role": "system", "content": self.system_prompt}]
+            history = self._exchanges[-history_turns:] if history_turns else []
+        messages = [{"role": "system", "content": system_prompt}]
         for ex in history:
             messages.append({"role": "user", "content": ex.user})
             if ex.assistant:
@@ -40,8 +46,12 @@ class Conversation:
     def append(self, turn_id: int, user: str, assistant: str) -> None:
         with self._lock:
             self._exchanges.append(Exchange(turn_id, user, assistant))
-            # Keep a little more than the prompt uses; older turns are never read.
-            del self._exchanges[: max(0, len(self._exchanges) - max(self.max_turns, 1) * 2)]
+            del self._exchanges[: max(0, len(self._exchanges) - self.KEEP)]
+
+    def clear(self) -> None:
+        """Forget every exchange (a new conversation)."""
+        with self._lock:
+            self._exchanges.clear()
 
     def on_cancel(self, turn_id: int, reason: str) -> None:
         """A reopened turn vanishes (its new revision will be added); a barged-in reply is

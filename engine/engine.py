@@ -1,7 +1,7 @@
 """Engine: resolves placements, loads shared models, runs N pipeline units, snapshots.
 
-The GUI and the CLI talk to the engine only through ``load``, ``start``, ``stop``,
-``interrupt``, ``subscribe`` and ``snapshot`` — never to a running stage.
+The GUI and the CLI talk to the engine only through ``load``, ``apply``, ``start``,
+``stop``, ``interrupt``, ``subscribe`` and ``snapshot`` — never to a running stage.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from engine.audio.base import AudioSink, AudioSource
 from engine.config import STAGES, EngineConfig
+from engine.config_diff import ConfigDiff, Effect, diff_configs
 from engine.devices import DeviceInfo
-from engine.errors import ParleyError
+from engine.errors import ConfigError, ParleyError
 from engine.events import Event, EventHub, LoadProgress
 from engine.hub import HubStatus
 from engine.memory import MemoryReading, sample_memory
@@ -75,6 +76,8 @@ class Engine:
     def __init__(self, config: EngineConfig, *, registry: ModelRegistry | None = None,
                  devices: list[DeviceInfo] | None = None, hub: HubStatus | None = None) -> None:
         self.config = config
+        self._devices = devices
+        self._hub = hub
         self.placements: dict[str, Placement] = resolve_placements(config, devices, hub=hub)
         self.registry = registry or ModelRegistry()
         self.metrics = Metrics()
@@ -117,27 +120,84 @@ class Engine:
         self.state = EngineState.LOADING
         try:
             for stage in STAGES:
-                placement = self.placements[stage]
-
-                def report(fraction: float | None, text: str, stage: str = stage) -> None:
-                    if progress:
-                        progress(stage, fraction, text)
-                    self.events.emit(LoadProgress(-1, stage, fraction, text))
-
-                options = self.config.stage_config(stage)
-                shared = self.registry.is_loaded(placement, options)
-                report(0.0, f"{'sharing' if shared else 'loading'} {placement.describe()}")
-                model = self.registry.acquire(placement, options, report)
-                warmup = getattr(model, "warmup", None)
-                if callable(warmup) and not shared:  # a shared model is warm already
-                    warmup()
-                self.models[stage] = model
-                report(1.0, f"{stage} ready on {getattr(model, 'actual_device', placement.device)}")
+                self.models[stage] = self._acquire(stage, self.placements[stage], self.config,
+                                                   progress)
+                _check_runtime_options(stage, self.models[stage], self.config)
         except BaseException:
             self.release_models()
             self.state = EngineState.CREATED
             raise
         self.state = EngineState.READY
+
+    def _acquire(self, stage: str, placement: Placement, config: EngineConfig,
+                 progress: ProgressFn | None) -> object:
+        """The model of ``stage`` from the registry (loaded and warmed up, or shared)."""
+        def report(fraction: float | None, text: str) -> None:
+            if progress:
+                progress(stage, fraction, text)
+            self.events.emit(LoadProgress(-1, stage, fraction, text))
+
+        options = config.stage_config(stage)
+        shared = self.registry.is_loaded(placement, options)
+        report(0.0, f"{'sharing' if shared else 'loading'} {placement.describe()}")
+        model = self.registry.acquire(placement, options, report)
+        warmup = getattr(model, "warmup", None)
+        if callable(warmup) and not shared:  # a shared model is warm already
+            try:
+                warmup()
+            except BaseException:
+                self.registry.release(placement, options)
+                raise
+        report(1.0, f"{stage} ready on {getattr(model, 'actual_device', placement.device)}")
+        return model
+
+    def apply(self, config: EngineConfig, progress: ProgressFn | None = None) -> ConfigDiff:
+        """Change the settings of a loaded (or running) engine, doing only what is needed.
+
+        Runtime settings reach the running units at once. A stage whose model key
+        changed (backend, model, device, dtype) gets its new model loaded (or shared)
+        and swapped into every unit between two messages; the old one is released.
+        Chat history and sound devices are kept; an LLM swap starts a new KV-cache
+        session that re-prefills the history. Blocks while models load: call it off the
+        GUI thread. On any error nothing has changed. ``audio.*`` and ``units`` are not
+        the engine's to change (the caller reopens devices or rebuilds): a ConfigError.
+
+        Returns the diff, its ``reload_stages`` narrowed to the stages really reloaded.
+        """
+        with self._lock:
+            if self.state in (EngineState.CREATED, EngineState.LOADING) or not self.models:
+                raise ParleyError(f"the engine cannot apply settings while {self.state.value}; "
+                                  "load it first")
+            diff = diff_configs(self.config, config)
+            outside = diff.keys(Effect.AUDIO) + diff.keys(Effect.RESTART)
+            if outside:
+                raise ConfigError(f"{', '.join(outside)} cannot change on a loaded engine: "
+                                  "sound devices are reopened by their owner, and a new number "
+                                  "of units needs a new engine")
+            placements = resolve_placements(config, self._devices, hub=self._hub)
+            key = self.registry.key_for
+            reload = [s for s in diff.reload_stages
+                      if key(placements[s], config.stage_config(s))
+                      != key(self.placements[s], self.config.stage_config(s))]
+            loaded: dict[str, object] = {}
+            try:
+                for stage in reload:
+                    loaded[stage] = self._acquire(stage, placements[stage], config, progress)
+                for stage in STAGES:
+                    _check_runtime_options(stage, loaded.get(stage, self.models[stage]), config)
+            except BaseException:
+                for stage in loaded:
+                    self.registry.release(placements[stage], config.stage_config(stage))
+                raise
+            old_config, old_placements = self.config, self.placements
+            self.config, self.placements = config, placements
+            self.models.update(loaded)
+            unit_config = self._unit_config(len(self.units)) if self.units else config
+            for unit in self.units:
+                unit.apply(unit_config, loaded)
+            for stage in reload:
+                self.registry.release(old_placements[stage], old_config.stage_config(stage))
+            return ConfigDiff(diff.changes, tuple(reload))
 
     def release_models(self) -> None:
         for stage in list(self.models):
@@ -228,3 +288,12 @@ class Engine:
             capture_overflows=overflows,
             mlx_lock=get_mlx_lock().snapshot() if self.mlx_in_use else None,
         )
+
+
+def _check_runtime_options(stage: str, model: object, config: EngineConfig) -> None:
+    """ConfigError when a per-call setting cannot be used with ``model`` (a language an
+    English-only Whisper cannot speak, a voice the TTS lacks), before anything runs."""
+    if stage == "stt" and hasattr(model, "check_language"):
+        model.check_language(config.stt.language or None)
+    elif stage == "tts" and hasattr(model, "check_voice"):
+        model.check_voice(config.tts.voice)

@@ -96,7 +96,7 @@ class EventHub:
         for listener in self._listeners:
             try:
                 listener(event)
-            except Exception:  # noqa: BLE001 - a listener's bug must not stop the pipeline
+            except Exception:  # a listener's bug must not stop the pipeline (logged)
                 import logging
 
                 logging.getLogger("parley.events").exception("listener failed on %r", event)

@@ -4,18 +4,28 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from pathlib import Path
 
 _TRUE = {"1", "true", "yes", "on"}
+_OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+def offline() -> bool:
+    """The one rule for "the hub must not be asked": ``HF_HUB_OFFLINE`` or
+    ``TRANSFORMERS_OFFLINE`` set to 1/true/yes/on, or huggingface_hub (when already
+    imported) configured offline."""
+    if any(os.environ.get(name, "").strip().lower() in _TRUE for name in _OFFLINE_VARIABLES):
+        return True
+    constants = sys.modules.get("huggingface_hub.constants")
+    return bool(getattr(constants, "HF_HUB_OFFLINE", False))
 
 
 class HubStatus:
     """Answers for ``auto`` model choice. The reachability probe runs at most once."""
 
     def __init__(self, offline: bool | None = None, host: str = "huggingface.co") -> None:
-        if offline is None:
-            offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in _TRUE
-        self.offline = offline
+        self.offline = globals()["offline"]() if offline is None else offline
         self._host = host
         self._reachable: bool | None = None
 
@@ -24,7 +34,8 @@ class HubStatus:
         if env:
             return Path(env)
         home = os.environ.get("HF_HOME")
-        base = Path(home) if home else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "huggingface"
+        cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+        base = Path(home) if home else cache / "huggingface"
         return base / "hub"
 
     def is_cached(self, repo_id: str) -> bool:

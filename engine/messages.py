@@ -22,13 +22,6 @@ class Message:
 
 
 @dataclass(frozen=True, slots=True)
-class SpeechStarted(Message):
-    """The VAD heard the user start (or resume) speaking."""
-
-    t_start: float
-
-
-@dataclass(frozen=True, slots=True)
 class SpeechSegment(Message):
     """Audio of the user's turn, 16 kHz mono float32.
 
@@ -74,11 +67,6 @@ class AudioOut(Message):
     audio: np.ndarray = field(repr=False)
     sample_rate: int
     last: bool
-
-
-@dataclass(frozen=True, slots=True)
-class TurnCommitted(Message):
-    """The user did not resume within the reopen grace: held output may play."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,75 +6,170 @@ all: every write is a few dict operations, far below a millisecond.
 
 from __future__ import annotations
 
+import enum
 import threading
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-#: The marks of a turn's timeline, in the order they normally happen.
-MARKS = (
-    "speech_start",  # the user started speaking (first voiced sample)
-    "speech_end",  # the user stopped speaking (last voiced sample): zero of voice-to-voice
-    "vad_end",  # the VAD decided the segment ended (after its silence wait)
-    "committed",  # the reopen grace passed: the turn is final
-    "stt_start",
-    "stt_done",
-    "llm_start",
-    "llm_first_token",
-    "tts_first_text",  # first clause handed to TTS
-    "tts_first_audio",  # TTS produced its first audio
-    "audio_out_first",  # first reply sample heard (sink's clock)
-    "reply_done",  # last reply chunk handed to the sink
-    "llm_stopped",  # generation was cut off (barge-in, reopened turn)
-    "barge_in",  # the user's new speech cut this reply off
-)
+from engine.stats import percentile
+
+
+class Mark(enum.StrEnum):
+    """The marks of a turn's timeline, in the order they normally happen.
+
+    Declared once: stages record these members, and the JSON report (``timeline``), the
+    GUI and the tests read them. Recording anything else raises at once.
+    """
+
+    SPEECH_START = "speech_start"  # the user started speaking (first voiced sample)
+    SPEECH_END = "speech_end"  # the user stopped speaking (last voiced sample): zero of v2v
+    VAD_END = "vad_end"  # the VAD decided the segment ended (after its silence wait)
+    COMMITTED = "committed"  # the reopen grace passed: the turn is final
+    STT_START = "stt_start"
+    STT_DONE = "stt_done"
+    LLM_START = "llm_start"
+    LLM_FIRST_TOKEN = "llm_first_token"
+    TTS_FIRST_TEXT = "tts_first_text"  # first clause handed to TTS
+    TTS_FIRST_AUDIO = "tts_first_audio"  # TTS produced its first audio
+    AUDIO_OUT_FIRST = "audio_out_first"  # first reply sample heard (sink's clock)
+    REPLY_DONE = "reply_done"  # last reply chunk handed to the sink
+    LLM_STOPPED = "llm_stopped"  # generation was cut off (barge-in, reopened turn)
+    BARGE_IN = "barge_in"  # the user's new speech cut this reply off
+
+
+class Unit(enum.Enum):
+    """How a figure is shown and rounded."""
+
+    SECONDS = "s"
+    COUNT = "count"
+    RATE = "tokens/s"
+    RATIO = "ratio"
+
+
+class Figure(enum.StrEnum):
+    """Per-turn figures, declared once with their label, unit and where they appear.
+
+    A stage records a figure with ``Metrics.figure``; ``derived`` ones are computed from
+    marks and other figures by ``TurnRecord.value`` and cannot be recorded. ``report``
+    figures are keys of each turn in ``parley-cli converse --json`` (in this order);
+    ``bench`` ones are summarised by ``parley-cli bench``; the GUI's last-turn panel
+    shows the bench ones too.
+    """
+
+    label: str
+    unit: Unit
+    derived: bool
+    report: bool
+    bench: bool
+
+    def __new__(cls, key: str, label: str, unit: Unit, *flags: str) -> Figure:
+        member = str.__new__(cls, key)
+        member._value_ = key
+        member.label = label
+        member.unit = unit
+        member.derived = "derived" in flags
+        member.report = "report" in flags
+        member.bench = "bench" in flags
+        return member
+
+    VOICE_TO_VOICE_S = ("voice_to_voice_s", "voice-to-voice", Unit.SECONDS,
+                        "derived", "report", "bench")
+    SILENCE_WAIT_S = ("silence_wait_s", "turn-taking wait (VAD + grace)", Unit.SECONDS,
+                      "derived", "report", "bench")
+    STT_COMPUTE_S = ("stt_compute_s", "STT compute (final segment)", Unit.SECONDS,
+                     "report", "bench")
+    LLM_FIRST_CHUNK_COMPUTE_S = ("llm_first_chunk_compute_s", "LLM to first clause", Unit.SECONDS,
+                                 "report", "bench")
+    TTS_FIRST_COMPUTE_S = ("tts_first_compute_s", "TTS first chunk", Unit.SECONDS,
+                           "report", "bench")
+    ENGINE_OVERHEAD_S = ("engine_overhead_s", "engine overhead", Unit.SECONDS,
+                         "derived", "report", "bench")
+    LLM_TOKENS = ("llm_tokens", "LLM tokens", Unit.COUNT, "report")
+    LLM_PROMPT_TOKENS = ("llm_prompt_tokens", "LLM prompt tokens prefilled", Unit.COUNT, "report")
+    LLM_TOKENS_PER_S = ("llm_tokens_per_s", "LLM decode", Unit.RATE, "report", "bench")
+    STT_RTF = ("stt_rtf", "STT real-time factor", Unit.RATIO, "report", "bench")
+    TTS_RTF = ("tts_rtf", "TTS real-time factor", Unit.RATIO, "derived", "report", "bench")
+    DROPPED_REVISIONS = ("dropped_revisions", "dropped revisions", Unit.COUNT, "report")
+    LLM_HISTORY_TURNS = ("llm_history_turns", "past turns in the prompt", Unit.COUNT)
+    TTS_COMPUTE_S = ("tts_compute_s", "TTS compute (whole reply)", Unit.SECONDS)
+    TTS_AUDIO_S = ("tts_audio_s", "TTS audio made", Unit.SECONDS)
+
+
+class UndeclaredError(ValueError):
+    """A mark or figure that ``Mark`` / ``Figure`` does not declare (a typo, in code)."""
+
+
+def _check(name: object, kind: type[enum.Enum], what: str) -> None:
+    if not isinstance(name, kind):
+        raise UndeclaredError(f"{what} {name!r} is not declared in engine.metrics.{kind.__name__}; "
+                              f"declared: {', '.join(m.value for m in kind)}")
 
 
 @dataclass(frozen=True, slots=True)
 class TurnRecord:
-    """One turn's timeline and texts, frozen for readers."""
+    """One turn's timeline, texts and figures, frozen for readers."""
 
     unit: int
     turn_id: int
-    marks: dict[str, float]
+    marks: Mapping[Mark, float]
     transcript: str
     reply: str
     cancelled: bool
     finished: bool
-    stt_compute_s: float | None = None
-    llm_first_chunk_compute_s: float | None = None  # LLM start to first text chunk
-    tts_first_compute_s: float | None = None
-    llm_tokens: int = 0
-    llm_tokens_per_s: float | None = None
-    llm_prompt_tokens: int = 0
-    llm_history_turns: int = 0
-    stt_rtf: float | None = None
-    tts_rtf: float | None = None
-    tts_audio_s: float = 0.0
-    dropped_revisions: int = 0
+    figures: Mapping[Figure, float] = field(default_factory=dict)
 
-    def since_speech_end(self, mark: str) -> float | None:
+    def since_speech_end(self, mark: Mark) -> float | None:
         """Seconds from the end of the user's speech to ``mark`` (None if missing)."""
-        if "speech_end" not in self.marks or mark not in self.marks:
+        if Mark.SPEECH_END not in self.marks or mark not in self.marks:
             return None
-        return self.marks[mark] - self.marks["speech_end"]
+        return self.marks[mark] - self.marks[Mark.SPEECH_END]
 
     @property
     def voice_to_voice(self) -> float | None:
         """First reply audio heard minus the end of the user's speech."""
-        return self.since_speech_end("audio_out_first")
+        return self.since_speech_end(Mark.AUDIO_OUT_FIRST)
 
     @property
     def silence_wait(self) -> float | None:
         """How long turn-taking waited in silence before work started."""
-        start = "vad_end" if "vad_end" in self.marks else "committed"
-        return self.since_speech_end(start)
+        return self.since_speech_end(Mark.VAD_END if Mark.VAD_END in self.marks else Mark.COMMITTED)
+
+    def value(self, figure: Figure) -> float | None:
+        """A figure of this turn, recorded or derived; None where it was not measured."""
+        if not figure.derived:
+            return self.figures.get(figure)
+        if figure is Figure.VOICE_TO_VOICE_S:
+            return self.voice_to_voice
+        if figure is Figure.SILENCE_WAIT_S:
+            return self.silence_wait
+        if figure is Figure.TTS_RTF:
+            audio = self.figures.get(Figure.TTS_AUDIO_S)
+            compute = self.figures.get(Figure.TTS_COMPUTE_S)
+            return compute / audio if audio and compute is not None else None
+        return self._engine_overhead()
+
+    def _engine_overhead(self) -> float | None:
+        """Voice-to-voice minus the silence wait and the compute on the critical path.
+
+        What is left is the engine's own cost: queue hand-offs, thread wake-ups, the sink.
+        Meaningful when nothing else ran at the same time (no speculation, one turn).
+        """
+        parts = (self.voice_to_voice, self.silence_wait,
+                 *(self.figures.get(f) for f in (Figure.STT_COMPUTE_S,
+                                                 Figure.LLM_FIRST_CHUNK_COMPUTE_S,
+                                                 Figure.TTS_FIRST_COMPUTE_S)))
+        if any(p is None for p in parts):
+            return None
+        v2v, wait, *compute = parts
+        return v2v - wait - sum(compute)
 
     def timeline(self) -> dict[str, float]:
-        """Marks relative to the end of speech, in seconds, in MARKS order."""
-        zero = self.marks.get("speech_end")
+        """Marks relative to the end of speech, in seconds, in ``Mark`` order."""
+        zero = self.marks.get(Mark.SPEECH_END)
         if zero is None:
             return {}
-        return {m: round(self.marks[m] - zero, 4) for m in MARKS if m in self.marks}
+        return {m.value: round(self.marks[m] - zero, 4) for m in Mark if m in self.marks}
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,27 +186,16 @@ class StageStats:
     dropped_stale: int
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """The q-th percentile (0..100) by linear interpolation; None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * min(max(q, 0.0), 100.0) / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
 @dataclass
 class _Turn:
     unit: int
     turn_id: int
-    marks: dict[str, float] = field(default_factory=dict)
+    marks: dict[Mark, float] = field(default_factory=dict)
     transcript: str = ""
     reply: list[str] = field(default_factory=list)
     cancelled: bool = False
     finished: bool = False
-    figures: dict[str, float] = field(default_factory=dict)
+    figures: dict[Figure, float] = field(default_factory=dict)
     min_generation: int = 0  # work of older generations (a dropped revision) is ignored
 
 
@@ -142,29 +226,33 @@ class Metrics:
         turn = self._turn(unit, turn_id)
         return None if generation is not None and generation < turn.min_generation else turn
 
-    def mark(self, unit: int, turn_id: int, name: str, t: float, overwrite: bool = False,
+    def mark(self, unit: int, turn_id: int, name: Mark, t: float, overwrite: bool = False,
              generation: int | None = None) -> None:
         """Record ``name`` at ``t``; the first write wins unless ``overwrite``.
 
         Writes made under a ``generation`` older than the turn's current revision are
-        ignored, so a dropped revision cannot leave marks behind.
+        ignored, so a dropped revision cannot leave marks behind. A name that is not a
+        ``Mark`` raises ``UndeclaredError``.
         """
+        _check(name, Mark, "timeline mark")
         with self._lock:
             turn = self._current(unit, turn_id, generation)
             if turn is not None and (overwrite or name not in turn.marks):
                 turn.marks[name] = t
 
-    def figure(self, unit: int, turn_id: int, name: str, value: float, add: bool = False,
+    def figure(self, unit: int, turn_id: int, name: Figure, value: float, add: bool = False,
                generation: int | None = None) -> None:
-        """Record a per-turn figure (compute seconds, tokens/s...)."""
+        """Record a per-turn figure (compute seconds, tokens/s...); ``add`` sums."""
+        _check_recordable(name)
         with self._lock:
             turn = self._current(unit, turn_id, generation)
             if turn is not None:
                 turn.figures[name] = turn.figures.get(name, 0.0) + value if add else value
 
-    def figure_once(self, unit: int, turn_id: int, name: str, value: float,
+    def figure_once(self, unit: int, turn_id: int, name: Figure, value: float,
                     generation: int | None = None) -> bool:
         """Record a figure only if the turn has none of that name yet; True if recorded."""
+        _check_recordable(name)
         with self._lock:
             turn = self._current(unit, turn_id, generation)
             if turn is None or name in turn.figures:
@@ -192,11 +280,11 @@ class Metrics:
         with self._lock:
             turn = self._turn(unit, turn_id)
             turn.min_generation = generation
-            turn.marks = {k: v for k, v in turn.marks.items() if k == "speech_start"}
+            turn.marks = {k: v for k, v in turn.marks.items() if k is Mark.SPEECH_START}
             turn.reply.clear()
             turn.transcript = ""
-            dropped = turn.figures.get("dropped_revisions", 0.0) + 1
-            turn.figures = {"dropped_revisions": dropped}
+            dropped = turn.figures.get(Figure.DROPPED_REVISIONS, 0.0) + 1
+            turn.figures = {Figure.DROPPED_REVISIONS: dropped}
 
     def set_cancelled(self, unit: int, turn_id: int) -> None:
         with self._lock:
@@ -247,19 +335,14 @@ class Metrics:
 
     @staticmethod
     def _record(turn: _Turn) -> TurnRecord:
-        f = turn.figures
-        return TurnRecord(
-            unit=turn.unit, turn_id=turn.turn_id, marks=dict(turn.marks),
-            transcript=turn.transcript, reply="".join(turn.reply).strip(),
-            cancelled=turn.cancelled, finished=turn.finished,
-            stt_compute_s=f.get("stt_compute_s"),
-            llm_first_chunk_compute_s=f.get("llm_first_chunk_compute_s"),
-            tts_first_compute_s=f.get("tts_first_compute_s"),
-            llm_tokens=int(f.get("llm_tokens", 0)), llm_tokens_per_s=f.get("llm_tokens_per_s"),
-            llm_prompt_tokens=int(f.get("llm_prompt_tokens", 0)),
-            llm_history_turns=int(f.get("llm_history_turns", 0)),
-            stt_rtf=f.get("stt_rtf"),
-            tts_rtf=(f["tts_compute_s"] / f["tts_audio_s"]) if f.get("tts_audio_s") else None,
-            tts_audio_s=f.get("tts_audio_s", 0.0),
-            dropped_revisions=int(f.get("dropped_revisions", 0)),
-        )
+        return TurnRecord(unit=turn.unit, turn_id=turn.turn_id, marks=dict(turn.marks),
+                          transcript=turn.transcript, reply="".join(turn.reply).strip(),
+                          cancelled=turn.cancelled, finished=turn.finished,
+                          figures=dict(turn.figures))
+
+
+def _check_recordable(name: object) -> None:
+    _check(name, Figure, "figure")
+    if name.derived:
+        raise UndeclaredError(f"figure {name.value!r} is derived from other figures; "
+                              "it cannot be recorded")

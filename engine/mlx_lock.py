@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.errors import ParleyError
+from engine.stats import percentile
 
 log = logging.getLogger(__name__)
 _UNIT_THREAD = re.compile(r"^parley-u(\d+)-")  # engine/stage.py names threads parley-u<N>-<stage>
@@ -128,13 +129,6 @@ class MlxLockSnapshot:
     def held_for(self) -> float:
         """How long the current holder has held the lock (0 when free)."""
         return self.t - self.holder.since if self.holder else 0.0
-
-
-def _percentile(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return 0.0
-    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
-    return sorted_values[index]
 
 
 def _holder_of(held: tuple | None) -> LockHolder | None:
@@ -362,17 +356,18 @@ class MlxLock:
             # Read under the stats lock: release() clears it there together with recording
             # the hold, so the holder and the figures always agree.
             holder = _holder_of(self._held)
-            waits = sorted(self._waits)
-            holds = sorted(self._holds)
+            waits = list(self._waits)
+            holds = list(self._holds)
             utilization = self._utilization(now, holder)
             stages = tuple(StageLockStats(s, p[0], p[1], p[2], p[3])
                            for s, p in sorted(self._per_stage.items()))
             snap = MlxLockSnapshot(
                 t=now, acquisitions=self._acquisitions, contended=self._contended,
                 timeouts=self._timeouts,
-                wait_p50=_percentile(waits, 0.5), wait_p95=_percentile(waits, 0.95),
+                # engine.stats.percentile is None before the first hold: the meter shows 0.
+                wait_p50=percentile(waits, 50) or 0.0, wait_p95=percentile(waits, 95) or 0.0,
                 wait_max=self._wait_max, wait_total=self._wait_total,
-                hold_p50=_percentile(holds, 0.5), hold_p95=_percentile(holds, 0.95),
+                hold_p50=percentile(holds, 50) or 0.0, hold_p95=percentile(holds, 95) or 0.0,
                 hold_max=self._hold_max, hold_total=self._hold_total,
                 holder=holder, utilization=utilization, window_s=self.window_s, stages=stages)
             lines = self._due_lines(now)

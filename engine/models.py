@@ -61,6 +61,7 @@ class ModelRegistry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._entries: dict[ModelKey, _Entry] = {}
+        self._loads: dict[str, int] = {}  # stage -> models really loaded (not shared)
 
     @staticmethod
     def key_for(placement: Placement, options: object = None) -> ModelKey:
@@ -84,10 +85,17 @@ class ModelRegistry:
                     start = time.perf_counter()
                     entry.model = load(request, progress)
                     entry.load_seconds = time.perf_counter() - start
+                    with self._lock:
+                        self._loads[key.stage] = self._loads.get(key.stage, 0) + 1
                 return entry.model
         except BaseException:
             self._drop_ref(key)
             raise
+
+    def load_count(self, stage: str | None = None) -> int:
+        """How many models were really loaded (not shared), in all or for one stage."""
+        with self._lock:
+            return sum(n for s, n in self._loads.items() if stage is None or s == stage)
 
     def is_loaded(self, placement: Placement, options: object = None) -> bool:
         """True if the model for ``placement`` is loaded (so acquiring it costs nothing)."""

@@ -9,9 +9,10 @@ from engine.audio.base import AudioSink, AudioSource
 from engine.config import EngineConfig
 from engine.control import TurnControl
 from engine.conversation import BARGE_IN, Conversation
-from engine.events import EventHub, TurnCancelled
+from engine.events import EventHub
 from engine.metrics import Metrics
-from engine.stage import Stage, StageContext
+from engine.playback import Playback
+from engine.stage import StageContext
 from engine.stages.llm_stage import LlmStage
 from engine.stages.sink_stage import SinkStage
 from engine.stages.stt_stage import SttStage
@@ -20,7 +21,11 @@ from engine.stages.vad_stage import PartialGate, VadStage
 
 
 class PipelineUnit:
-    """The stages of one conversation over shared models. Start once, stop once."""
+    """The stages of one conversation over shared models. Start once, stop once.
+
+    The unit owns its turn state, chat history and LLM session; the models are shared.
+    ``apply`` changes its settings and models while it runs, keeping the conversation.
+    """
 
     def __init__(self, unit: int, config: EngineConfig, models: dict[str, object],
                  source: AudioSource, sink: AudioSink, metrics: Metrics, events: EventHub,
@@ -29,19 +34,23 @@ class PipelineUnit:
         self.source = source
         self.sink = sink
         self.control = TurnControl()
-        self.ctx = StageContext(unit, self.control, metrics, events)
-        self.conversation = Conversation(config.llm.system_prompt, config.llm.history_turns)
+        self.ctx = StageContext(unit, self.control, metrics, events, config)
+        self.conversation = Conversation()
         self.control.on_cancel(self.conversation.on_cancel)
+        self.playback = Playback(unit, sink, self.control, metrics, events)
         gate = PartialGate()
-        self.sink_stage = SinkStage(self.ctx, sink)
-        self.vad = VadStage(self.ctx, config, models["vad"], source, sink, self.sink_stage, gate,
-                            next_turn_id)
-        self.stt = SttStage(self.ctx, models["stt"], config.stt.language, gate)
-        self.llm = LlmStage(self.ctx, models["llm"], config.llm, self.conversation)
+        self.vad = VadStage(self.ctx, models["vad"], source, self.playback, gate, next_turn_id)
+        self.stt = SttStage(self.ctx, models["stt"], gate)
+        self.llm = LlmStage(self.ctx, models["llm"], self.conversation)
         self.tts = TtsStage(self.ctx, models["tts"])
+        self.sink_stage = SinkStage(self.ctx, self.playback)
         self.vad.connect(self.stt).connect(self.llm).connect(self.tts).connect(self.sink_stage)
-        self.stages: tuple[Stage, ...] = (self.vad, self.stt, self.llm, self.tts, self.sink_stage)
-        self._started = False
+        self.stages = (self.vad, self.stt, self.llm, self.tts, self.sink_stage)
+        self._models = {"vad": self.vad, "stt": self.stt, "llm": self.llm, "tts": self.tts}
+
+    @property
+    def config(self) -> EngineConfig:
+        return self.ctx.config
 
     def start(self) -> None:
         """Open the sound devices and start every stage thread."""
@@ -53,15 +62,21 @@ class PipelineUnit:
             raise
         for stage in self.stages:
             stage.start()
-        self._started = True
+
+    def apply(self, config: EngineConfig, models: dict[str, object]) -> None:
+        """Run on ``config`` from the next message on, with ``models`` (stage -> model)
+        replacing the current ones; returns once every stage uses its new model."""
+        self.ctx.config = config
+        pending = [(self._models[stage], self._models[stage].use_model(model))
+                   for stage, model in models.items()]
+        for stage, adopted in pending:
+            while not adopted.wait(0.1) and not self.ctx.stopping.is_set():
+                if not stage.alive:  # its input ended meanwhile: nobody else will adopt it
+                    stage.adopt_pending_model()
 
     def interrupt(self) -> None:
         """Cut off the reply in progress, as a barge-in would."""
-        turn = self.vad.turn_id
-        self.control.cancel_all(turn, BARGE_IN)
-        self.sink.flush()
-        self.ctx.metrics.set_cancelled(self.unit, turn)
-        self.ctx.events.emit(TurnCancelled(self.unit, turn, BARGE_IN))
+        self.vad.cut_off(self.vad.turn_id)
 
     @property
     def drained(self) -> threading.Event:
@@ -73,7 +88,7 @@ class PipelineUnit:
         self.ctx.stopping.set()
         self.control.cancel_all(self.vad.turn_id, BARGE_IN)  # LLM/TTS loops stop at once
         self.source.close()
-        self.sink.flush()
+        self.playback.cut()
         stuck = [s.name for s in self.stages if not s.join(timeout)]
         self.sink.close()
         return stuck

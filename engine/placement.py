@@ -39,7 +39,8 @@ class Placement:
         parts = self.model.rstrip("/").split("/")
         # A bundled folder is often just ".../model": name the package it came from too.
         name = "/".join(parts[-2:]) if parts[-1] in ("model", "data") and len(parts) > 1 else parts[-1]
-        return f"{self.stage}: {self.backend} {name} on {self.device}" + (" (bundled)" if self.bundled else "")
+        bundled = " (bundled)" if self.bundled else ""
+        return f"{self.stage}: {self.backend} {name} on {self.device}{bundled}"
 
 
 def is_apple_silicon() -> bool:

@@ -2,51 +2,37 @@
 
 from __future__ import annotations
 
-from engine.metrics import TurnRecord, percentile
+from engine.metrics import Figure, Mark, TurnRecord, Unit
 from engine.placement import Placement
+from engine.stats import percentile
+
+_DIGITS = {Unit.SECONDS: 4, Unit.RATIO: 4, Unit.RATE: 2}
+
+
+def figure_json(figure: Figure, value: float | None) -> float | int | None:
+    """A figure's value as it appears in JSON: counts as integers, the rest rounded."""
+    if figure.unit is Unit.COUNT:
+        return int(value or 0)
+    return _r(value, _DIGITS[figure.unit])
 
 
 def turn_dict(record: TurnRecord) -> dict:
-    """A turn as JSON: texts, timeline (seconds after the end of speech), figures."""
-    return {
-        "turn_id": record.turn_id,
-        "transcript": record.transcript,
-        "reply": record.reply,
-        "cancelled": record.cancelled,
-        "timeline": record.timeline(),
-        "voice_to_voice_s": _r(record.voice_to_voice),
-        "silence_wait_s": _r(record.silence_wait),
-        "stt_compute_s": _r(record.stt_compute_s),
-        "llm_first_chunk_compute_s": _r(record.llm_first_chunk_compute_s),
-        "tts_first_compute_s": _r(record.tts_first_compute_s),
-        "engine_overhead_s": _r(engine_overhead(record)),
-        "llm_tokens": record.llm_tokens,
-        "llm_prompt_tokens": record.llm_prompt_tokens,
-        "llm_tokens_per_s": _r(record.llm_tokens_per_s, 2),
-        "stt_rtf": _r(record.stt_rtf),
-        "tts_rtf": _r(record.tts_rtf),
-        "dropped_revisions": record.dropped_revisions,
-    }
+    """A turn as JSON: texts, timeline (seconds after the end of speech), figures.
+
+    The figure keys are the ``report`` members of ``Figure``, in their declared order.
+    """
+    out = {"turn_id": record.turn_id, "transcript": record.transcript, "reply": record.reply,
+           "cancelled": record.cancelled, "timeline": record.timeline()}
+    for figure in Figure:
+        if figure.report:
+            out[figure.value] = figure_json(figure, record.value(figure))
+    return out
 
 
 def placement_dict(placement: Placement, actual_device: str | None) -> dict:
     return {"stage": placement.stage, "backend": placement.backend, "model": placement.model,
             "device": str(placement.device), "actual_device": actual_device,
             "bundled": placement.bundled}
-
-
-def engine_overhead(record: TurnRecord) -> float | None:
-    """Voice-to-voice minus the silence wait and the compute on the critical path.
-
-    What is left is the engine's own cost: queue hand-offs, thread wake-ups, the sink.
-    Meaningful when nothing else ran at the same time (no speculation, one turn at once).
-    """
-    parts = (record.voice_to_voice, record.silence_wait, record.stt_compute_s,
-             record.llm_first_chunk_compute_s, record.tts_first_compute_s)
-    if any(p is None for p in parts):
-        return None
-    v2v, wait, stt, llm, tts = parts
-    return v2v - wait - stt - llm - tts
 
 
 def _r(value: float | None, digits: int = 4) -> float | None:
@@ -60,30 +46,22 @@ def format_turn(record: TurnRecord) -> str:
              f"  parley: {record.reply or '(no reply)'}"]
     timeline = record.timeline()
     if timeline:
-        marks = "  ".join(f"{k}={v * 1000:+.0f}ms" for k, v in timeline.items() if k != "speech_start")
+        marks = "  ".join(f"{k}={v * 1000:+.0f}ms" for k, v in timeline.items()
+                          if k != Mark.SPEECH_START)
         lines.append(f"  timeline (after end of speech): {marks}")
     if record.voice_to_voice is not None:
         lines.append(f"  voice-to-voice: {record.voice_to_voice * 1000:.0f} ms")
     return "\n".join(lines)
 
 
-BENCH_FIGURES = (
-    ("voice_to_voice_s", "voice-to-voice"),
-    ("silence_wait_s", "silence wait (VAD + grace)"),
-    ("stt_compute_s", "STT compute (final segment)"),
-    ("llm_first_chunk_compute_s", "LLM to first clause"),
-    ("tts_first_compute_s", "TTS first chunk"),
-    ("engine_overhead_s", "engine overhead"),
-    ("llm_tokens_per_s", "LLM tokens/s"),
-    ("stt_rtf", "STT real-time factor"),
-    ("tts_rtf", "TTS real-time factor"),
-)
+BENCH_FIGURES = tuple(f for f in Figure if f.bench)
 
 
 def bench_summary(turns: list[dict]) -> dict:
-    """p50/p95/min/max of every figure over all turns of all runs."""
+    """p50/p95/min/max of every bench figure over all turns of all runs."""
     out = {}
-    for key, _label in BENCH_FIGURES:
+    for figure in BENCH_FIGURES:
+        key = figure.value
         values = [t[key] for t in turns if t.get(key) is not None and not t.get("cancelled")]
         out[key] = {"n": len(values), "p50": _r(percentile(values, 50)),
                     "p95": _r(percentile(values, 95)),
@@ -92,15 +70,24 @@ def bench_summary(turns: list[dict]) -> dict:
     return out
 
 
+def format_value(figure: Figure, value: float | None) -> str:
+    """A figure for people: milliseconds for seconds, tokens/s, plain ratios and counts."""
+    if value is None:
+        return "-"
+    if figure.unit is Unit.SECONDS:
+        return f"{value * 1000:.1f} ms"
+    if figure.unit is Unit.RATE:
+        return f"{value:.1f} tokens/s"
+    if figure.unit is Unit.COUNT:
+        return f"{value:.0f}"
+    return f"{value:.3f}"
+
+
 def format_bench(summary: dict) -> str:
-    lines = [f"{'figure':32} {'n':>3} {'p50':>10} {'p95':>10} {'min':>10} {'max':>10}"]
-    for key, label in BENCH_FIGURES:
-        s = summary[key]
-        unit_ms = key.endswith("_s")
-        def fmt(v):
-            if v is None:
-                return "-"
-            return f"{v * 1000:.1f} ms" if unit_ms else f"{v:.3f}"
-        lines.append(f"{label:32} {s['n']:>3} {fmt(s['p50']):>10} {fmt(s['p95']):>10} "
-                     f"{fmt(s['min']):>10} {fmt(s['max']):>10}")
+    """The bench summary as a table for the terminal."""
+    lines = [f"{'figure':32} {'n':>3} {'p50':>13} {'p95':>13} {'min':>13} {'max':>13}"]
+    for figure in BENCH_FIGURES:
+        s = summary[figure.value]
+        cells = " ".join(f"{format_value(figure, s[k]):>13}" for k in ("p50", "p95", "min", "max"))
+        lines.append(f"{figure.label:32} {s['n']:>3} {cells}")
     return "\n".join(lines)

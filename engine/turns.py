@@ -72,6 +72,12 @@ class TurnDetector:
     def __init__(self, vad: VadConfig, turns: TurnConfig, frame_samples: int = 512,
                  sample_rate: int = 16000) -> None:
         self.frame_s = frame_samples / sample_rate
+        self._preroll: deque[tuple[np.ndarray, float]] = deque()
+        self.configure(vad, turns)
+        self.reset()
+
+    def configure(self, vad: VadConfig, turns: TurnConfig) -> None:
+        """Take new thresholds and waits; safe between two frames, even mid-turn."""
         self.threshold = vad.threshold
         self.silence_threshold = max(vad.threshold - _HYSTERESIS, 0.01)
         self.start_frames = max(1, math.ceil(vad.min_speech_ms / 1000 / self.frame_s))
@@ -81,8 +87,7 @@ class TurnDetector:
         self.speculative = turns.speculative
         self.live = turns.live_transcription
         self.live_interval = turns.live_transcription_interval
-        self._preroll: deque[tuple[np.ndarray, float]] = deque(maxlen=self.pad_frames + self.start_frames)
-        self.reset()
+        self._preroll = deque(self._preroll, maxlen=self.pad_frames + self.start_frames)
 
     def reset(self) -> None:
         self.state = TurnState.IDLE

@@ -16,11 +16,16 @@ os.environ.setdefault("PARLEY_CACHE_DIR", str(ROOT / ".cache" / "parley-test"))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
+# The recordings are part of the checkout (resources/audio/SOURCES.md), never looked up
+# beside it: a fresh clone runs its own tests.
+AUDIO_DIR = ROOT / "resources" / "audio"
+
+
 def _audio_dir() -> Path:
-    for candidate in (ROOT.parent / "shared" / "audio", ROOT / "resources" / "audio"):
-        if (candidate / "jfk.flac").exists():
-            return candidate
-    raise FileNotFoundError("shared/audio/jfk.flac not found next to the checkout")
+    missing = [n for n in ("jfk.flac", "one_two_three_44k.wav") if not (AUDIO_DIR / n).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{', '.join(missing)} missing from {AUDIO_DIR} (see SOURCES.md there)")
+    return AUDIO_DIR
 
 
 @pytest.fixture(scope="session")

@@ -7,18 +7,19 @@ The conversion (~25 s on a 2-core CPU) runs once per test session, into a tempor
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from engine.backends.base import LoadRequest
+from engine.backends.base import GenerationOptions, LoadRequest
 from engine.config import LlmConfig
 from engine.devices import CPU
 
 __all__ = ["Conversion", "llm_cache_dir", "smollm2_gguf", "smollm2_conversion", "smollm2",
-           "tiny_lm_folder", "tiny_lm", "collect"]
+           "tiny_lm_folder", "tiny_lm", "collect", "options"]
 
 
 @dataclass
@@ -31,9 +32,15 @@ class Conversion:
     progress: list[tuple[float | None, str]] = field(default_factory=list)
 
 
-def collect(session, messages, max_new_tokens=40, should_stop=lambda: False):
+def options(max_new_tokens: int = 40, **settings) -> GenerationOptions:
+    """The app's default generation options (``LlmConfig``) with a token cap."""
+    config = dataclasses.replace(LlmConfig(), max_new_tokens=max_new_tokens, **settings)
+    return GenerationOptions.from_config(config)
+
+
+def collect(session, messages, max_new_tokens=40, should_stop=lambda: False, **settings):
     """Run one reply to the end; returns (steps, text)."""
-    steps = list(session.generate(messages, max_new_tokens, should_stop))
+    steps = list(session.generate(messages, options(max_new_tokens, **settings), should_stop))
     return steps, "".join(s.text for s in steps)
 
 

@@ -158,7 +158,7 @@ def test_file_source_rejects_bad_input(tmp_path):
     with pytest.raises(AudioInputError, match="no such file"):
         FileSource(tmp_path / "missing.wav", realtime=False)
     (tmp_path / "text.wav").write_text("not audio")
-    with pytest.raises(AudioInputError, match="text.wav"):
+    with pytest.raises(AudioInputError, match=r"text\.wav"):
         FileSource(tmp_path / "text.wav", realtime=False)
     with pytest.raises(AudioInputError, match="1-D"):
         FileSource(np.zeros((100, 2), np.float32), realtime=False)

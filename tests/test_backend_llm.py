@@ -7,7 +7,6 @@ what its gibberish says.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import threading
 
@@ -20,8 +19,8 @@ from engine.backends.llm.transformers_lm import BUNDLED_FILE, _TextStream, bundl
 from engine.config import LlmConfig
 from engine.devices import CPU, Device
 from engine.errors import ConfigError, DeviceError, ModelError
-from fixtures_llm import *  # noqa: F401,F403 - session fixtures
-from fixtures_llm import collect
+from fixtures_llm import *  # noqa: F403 - session fixtures
+from fixtures_llm import collect, options
 
 SYSTEM = {"role": "system", "content": LlmConfig().system_prompt}
 FRANCE = [SYSTEM, {"role": "user", "content": "What is the capital of France?"}]
@@ -125,10 +124,10 @@ def test_second_turn_prefills_only_new_tokens_and_keeps_history(smollm2):
 def test_should_stop_ends_the_reply_within_one_token(smollm2):
     session = smollm2.new_session()
     steps = []
-    for step in session.generate(FRANCE, 40, lambda: len(steps) >= 1):
+    for step in session.generate(FRANCE, options(40), lambda: len(steps) >= 1):
         steps.append(step)
     assert len(steps) == 1 and not steps[0].finished
-    assert list(session.generate(FRANCE, 40, lambda: True)) == []
+    assert list(session.generate(FRANCE, options(40), lambda: True)) == []
     # The session is still usable, and reuses the prompt it cached before the stop.
     steps, text = collect(session, FRANCE)
     assert steps[-1].prompt_tokens == 1 and "Paris" in text
@@ -194,10 +193,9 @@ def test_sessions_share_one_model_without_mixing_caches(tiny_lm):
 
 
 def test_tiny_model_samples_when_temperature_is_set(tiny_lm_folder):
-    options = dataclasses.replace(LlmConfig(), temperature=0.8)
-    llm = load(LoadRequest(str(tiny_lm_folder), CPU, "float32", options))
+    llm = load(LoadRequest(str(tiny_lm_folder), CPU, "float32", LlmConfig()))
     llm.warmup()
-    steps, _ = collect(llm.new_session(), FRANCE, max_new_tokens=6)
+    steps, _ = collect(llm.new_session(), FRANCE, max_new_tokens=6, temperature=0.8)
     assert 1 <= len(steps) <= 6 and steps[-1].finished
 
 
@@ -216,7 +214,7 @@ def test_missing_folder_is_a_model_error_naming_it(tmp_path):
 def test_folder_without_weights_is_a_model_error_naming_it(tmp_path):
     folder = tmp_path / "empty-model"
     folder.mkdir()
-    with pytest.raises(ModelError, match="config.json") as info:
+    with pytest.raises(ModelError, match=r"config\.json") as info:
         load(_request(folder))
     assert str(folder) in str(info.value)
     (folder / "config.json").write_text('{"model_type": "llama"}')
@@ -238,7 +236,7 @@ def test_uncached_hub_id_offline_says_so(monkeypatch):
 
 
 def test_bad_dtype_and_device_are_refused(tiny_lm_folder):
-    with pytest.raises(ConfigError, match="llm.dtype"):
+    with pytest.raises(ConfigError, match=r"llm\.dtype"):
         load(_request(tiny_lm_folder, dtype="int3"))
     with pytest.raises(DeviceError, match="mlx"):
         load(_request(tiny_lm_folder, device=Device("mlx")))

@@ -15,6 +15,7 @@ from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.events import EngineError, FinalTranscript
 from engine.hub import HubStatus
+from engine.metrics import Figure
 from engine.models import ModelRegistry
 from tests.helpers import normalize, speech_with_gap
 
@@ -92,7 +93,8 @@ def test_two_utterances_make_two_turns_and_history_carries_over(registry, one_tw
     assert turns[0].turn_id != turns[1].turn_id
     assert turns[0].marks["speech_end"] < turns[1].marks["speech_start"]
     # The second turn's prompt held the first exchange: the LLM saw it.
-    assert turns[1].llm_history_turns == 1 and turns[0].llm_history_turns == 0
+    history = [t.figures[Figure.LLM_HISTORY_TURNS] for t in turns]
+    assert history == [0, 1]
     exchanges = engine.units[0].conversation.exchanges()
     assert [normalize(e.user) for e in exchanges] == [normalize(t.transcript) for t in turns]
     assert exchanges[0].assistant == turns[0].reply

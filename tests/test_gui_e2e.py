@@ -2,6 +2,10 @@
 the reply in the conversation view, a bar on the latency graph, memory readings, an event
 loop that never stalls, screenshots, and a close that joins every engine thread.
 
+The screenshots go to a temporary folder, so a test run never touches the PNGs tracked in
+git; ``make screenshots`` sets ``PARLEY_SCREENSHOTS_DIR=resources/screenshots`` to refresh
+them (a relative folder is taken from the repository root).
+
 Models: Silero VAD, faster-whisper tiny.en (bundled), SmolLM2-135M via transformers (its
 GGUF is converted once into PARLEY_CACHE_DIR, which conftest.py shares between tests),
 Piper joe. Run alone with ``pytest tests/test_gui_e2e.py -s`` to see the stall figures.
@@ -16,26 +20,26 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import pytest  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
+import pytest
+from PySide6.QtWidgets import QApplication
 
-from app.main_window import MainWindow  # noqa: E402
-from app.theme import load_stylesheet  # noqa: E402
-from engine.audio.file_sink import FileSink  # noqa: E402
-from engine.audio.file_source import FileSource  # noqa: E402
-from engine.config import EngineConfig  # noqa: E402
-from engine.engine import EngineState  # noqa: E402
+from app.main_window import MainWindow
+from app.theme import load_stylesheet
+from engine.audio.file_sink import FileSink
+from engine.audio.file_source import FileSource
+from engine.config import EngineConfig
+from engine.engine import EngineState
 
 try:
     from fixtures_audio import INPUTS, OUTPUTS
-    from fixtures_gui import StallMeter, gui_settings  # noqa: F401 (fixture)
+    from fixtures_gui import StallMeter, gui_settings  # fixture
     from fixtures_stt import normalize
 except ImportError:  # tests/ collected as a package
     from tests.fixtures_audio import INPUTS, OUTPUTS
     from tests.fixtures_gui import StallMeter, gui_settings  # noqa: F401 (fixture)
     from tests.fixtures_stt import normalize
 
-SCREENSHOTS = Path(__file__).resolve().parents[1] / "resources" / "screenshots"
+ROOT = Path(__file__).resolve().parents[1]
 # The GUI thread never runs engine work, so what remains are third-party calls that hold
 # the GIL while models load (import torch, tokenizers, from_pretrained: ~0.2 s each here)
 # and plain CPU contention. A load or a stop on the GUI thread would show as seconds.
@@ -49,11 +53,17 @@ def _engine_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("parley-u")]
 
 
-def _shoot(qtbot, window: MainWindow, tab: int, name: str) -> Path:
+def screenshots_dir(tmp_path: Path) -> Path:
+    """``PARLEY_SCREENSHOTS_DIR`` when set (relative to the repository root), else ``tmp_path``."""
+    chosen = os.environ.get("PARLEY_SCREENSHOTS_DIR")
+    return ROOT / chosen if chosen else tmp_path / "screenshots"
+
+
+def _shoot(qtbot, window: MainWindow, tab: int, folder: Path, name: str) -> Path:
     window.tabs.setCurrentIndex(tab)
     qtbot.wait(300)  # two polls: meters and graphs drawn for the visible tab
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / name
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
     image = window.grab()
     assert (image.width(), image.height()) == (1280, 800)
     assert image.save(str(path))
@@ -61,7 +71,7 @@ def _shoot(qtbot, window: MainWindow, tab: int, name: str) -> Path:
 
 
 @pytest.mark.slow
-def test_conversation_with_real_models_in_the_window(qtbot, gui_settings, jfk_path):
+def test_conversation_with_real_models_in_the_window(qtbot, gui_settings, jfk_path, tmp_path):
     QApplication.instance().setStyleSheet(load_stylesheet())
     config = EngineConfig().with_overrides(OFFLINE)
     window = MainWindow(config, gui_settings, autoload=False)
@@ -108,7 +118,8 @@ def test_conversation_with_real_models_in_the_window(qtbot, gui_settings, jfk_pa
     run_s = time.perf_counter() - started
     stall.stop()
     turn_stall, turn_p99 = stall.max_stall_ms, stall.p99_gap_ms()
-    print(f"\nGUI stall: startup {startup_stall:.1f} ms max; loading {load_stall:.1f} ms max (p99 gap {load_p99:.1f} ms, load {load_s:.1f} s); "
+    print(f"\nGUI stall: startup {startup_stall:.1f} ms max; "
+          f"loading {load_stall:.1f} ms max (p99 gap {load_p99:.1f} ms, load {load_s:.1f} s); "
           f"turn {turn_stall:.1f} ms max (p99 gap {turn_p99:.1f} ms, run {run_s:.1f} s)")
 
     said = normalize(" ".join(user for _t, user, _r in window.conversation.turns()))
@@ -119,14 +130,15 @@ def test_conversation_with_real_models_in_the_window(qtbot, gui_settings, jfk_pa
     assert window.banner.isHidden(), window.banner.label.text()
 
     # Meters on the conversation tab, graphs on the performance tab.
-    main_png = _shoot(qtbot, window, 0, "main_window.png")
+    shots = screenshots_dir(tmp_path)
+    main_png = _shoot(qtbot, window, 0, shots, "main_window.png")
     cpu = window.meters.memory.readings["cpu"]
     assert cpu.used_bytes > 100 * 2**20 and cpu.total_bytes > cpu.used_bytes
-    _shoot(qtbot, window, 1, "performance.png")
+    _shoot(qtbot, window, 1, shots, "performance.png")
     assert window.graphs.latency.numbers, "no bar on the latency graph"
     finished = [t for t in c.engine.metrics.turns() if t.voice_to_voice is not None]
     assert window.graphs.latency.totals_ms[-1] == pytest.approx(finished[-1].voice_to_voice * 1000)
-    settings_png = _shoot(qtbot, window, 2, "settings_panel.png")
+    settings_png = _shoot(qtbot, window, 2, shots, "settings_panel.png")
     assert main_png.stat().st_size > 20_000 and settings_png.stat().st_size > 20_000
     window.tabs.setCurrentIndex(0)
 
@@ -178,3 +190,12 @@ def test_conversation_with_real_models_in_the_window(qtbot, gui_settings, jfk_pa
     assert engine.threads_alive() == [] and _engine_threads() == []
     assert engine.state is EngineState.STOPPED and not engine.models
     assert close_s < 5.0
+
+
+def test_screenshots_go_to_a_temporary_folder_unless_asked(tmp_path, monkeypatch):
+    monkeypatch.delenv("PARLEY_SCREENSHOTS_DIR", raising=False)
+    assert screenshots_dir(tmp_path) == tmp_path / "screenshots"
+    monkeypatch.setenv("PARLEY_SCREENSHOTS_DIR", "resources/screenshots")  # what make screenshots sets
+    assert screenshots_dir(tmp_path) == ROOT / "resources" / "screenshots"
+    monkeypatch.setenv("PARLEY_SCREENSHOTS_DIR", str(tmp_path / "elsewhere"))
+    assert screenshots_dir(tmp_path) == tmp_path / "elsewhere"

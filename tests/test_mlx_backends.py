@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import itertools
 import threading
 import time
 
@@ -16,6 +17,7 @@ from engine.config import STAGES, EngineConfig, LlmConfig, SttConfig
 from engine.devices import CPU
 from engine.errors import ConfigError, DeviceError, MissingDependencyError, ModelError
 from engine.mlx_lock import MlxLock
+from fixtures_llm import options
 from fixtures_mlx import (MLX, QUESTION, jfk_16k, mlx_llm, mlx_lock_traced,  # noqa: F401
                                 mlx_stt, parley_cache_dir, smollm2_gguf, tiny_mlx_whisper_dir)
 
@@ -85,7 +87,7 @@ def test_mlx_lm_streams_paris_stops_early_and_reuses_the_cache(mlx_llm, mlx_lock
     before = mlx_lock_traced.snapshot().acquisitions
     started = time.perf_counter()
     with mlx_guard.guarded("raise", lock=mlx_lock_traced):  # any MLX call outside the lock raises
-        steps = list(session.generate(QUESTION, 16, _never))
+        steps = list(session.generate(QUESTION, options(16), _never))
     seconds = time.perf_counter() - started
     text = "".join(step.text for step in steps)
     print(f"\nmlx-lm SmolLM2-135M: {text!r} ({steps[-1].tokens} tokens in {seconds:.1f} s, "
@@ -112,7 +114,7 @@ def test_mlx_lm_streams_paris_stops_early_and_reuses_the_cache(mlx_llm, mlx_lock
     follow_up = QUESTION + [{"role": "assistant", "content": text},
                             {"role": "user", "content": "And Italy?"}]
     full = len(session.prompt_ids(follow_up))
-    steps = list(session.generate(follow_up, 40, stop_after_two))
+    steps = list(session.generate(follow_up, options(40), stop_after_two))
     assert len(steps) == 2 and not steps[-1].finished
     assert len(asked) == 3  # checked before the first token, then before each next one
     # The template may re-render the end of the first reply a little differently.
@@ -130,7 +132,7 @@ def test_mlx_lm_errors_name_the_folder(tmp_path):
         mlx_lm.load(request, no_progress)
     with pytest.raises(ModelError, match="GGUF model file not found"):
         mlx_lm.load(dataclasses.replace(request, model=str(tmp_path / "x.gguf")), no_progress)
-    with pytest.raises(ConfigError, match="'llm.dtype' = 'int3'"):
+    with pytest.raises(ConfigError, match=r"'llm\.dtype' = 'int3'"):
         mlx_lm.load(dataclasses.replace(request, dtype="int3"), no_progress)
     with pytest.raises(DeviceError, match="runs on mlx"):
         mlx_lm.load(dataclasses.replace(request, device=CPU), no_progress)
@@ -186,7 +188,7 @@ def test_stt_and_llm_on_two_threads_take_turns_on_the_lock(mlx_stt, mlx_llm, mlx
         try:
             session = mlx_llm.new_session()
             steps = []
-            for step in session.generate(QUESTION, 12, _never):
+            for step in session.generate(QUESTION, options(12), _never):
                 steps.append(step)
                 llm_running.set()
             replies.append("".join(s.text for s in steps))
@@ -207,7 +209,7 @@ def test_stt_and_llm_on_two_threads_take_turns_on_the_lock(mlx_stt, mlx_llm, mlx
     records = lock.trace()
     assert len(records) == snap.acquisitions and snap.holder is None
     ordered = sorted(records, key=lambda r: r.acquired)
-    for before, after in zip(ordered, ordered[1:]):
+    for before, after in itertools.pairwise(ordered):
         assert after.acquired >= before.released, "two MLX holds overlapped"
     units = {(r.stage, r.unit) for r in records}
     assert units == {("stt", 0), ("llm", 1)}  # units read from the stage thread names

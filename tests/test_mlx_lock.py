@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import threading
@@ -36,7 +37,7 @@ def _join_all(threads: list[threading.Thread], timeout: float) -> None:
 
 def _assert_no_overlap(records) -> None:
     ordered = sorted(records, key=lambda r: r.acquired)
-    for before, after in zip(ordered, ordered[1:]):
+    for before, after in itertools.pairwise(ordered):
         assert after.acquired >= before.released, (
             f"{after.stage}/{after.unit} entered at {after.acquired} before "
             f"{before.stage}/{before.unit} left at {before.released}")
@@ -229,8 +230,13 @@ def test_release_by_another_thread_is_an_error():
     lock = MlxLock()
     with lock.hold("stt"):
         failures = []
-        thread = threading.Thread(target=lambda: failures.append(
-            pytest.raises(RuntimeError, lock.release)))
+
+        def release_from_another_thread() -> None:
+            with pytest.raises(RuntimeError) as caught:
+                lock.release()
+            failures.append(caught.value)
+
+        thread = threading.Thread(target=release_from_another_thread)
         thread.start()
         _join_all([thread], 10)
     assert failures and lock.snapshot().holder is None

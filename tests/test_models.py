@@ -1,5 +1,6 @@
 """ModelRegistry: one load per key, shared instances, reference counting."""
 
+import dataclasses
 import threading
 
 from engine.config import EngineConfig
@@ -42,4 +43,6 @@ def test_runtime_settings_share_a_model_and_load_settings_do_not():
     assert a is b  # the threshold is read per frame, not at load: no reload
     tts_a = ModelRegistry.key_for(placement, EngineConfig().tts)
     tts_b = ModelRegistry.key_for(placement, EngineConfig().with_overrides({"tts.speed": "1.5"}).tts)
-    assert tts_a != tts_b  # the voice's speed is fixed at load: a new model
+    assert tts_a == tts_b  # speed travels with each call: the same model serves both
+    assert ModelRegistry.key_for(dataclasses.replace(placement, dtype="float16")) != (
+        ModelRegistry.key_for(placement))  # a placement field is part of the key

@@ -21,13 +21,13 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import pytest  # noqa: E402
+import pytest
 
-from app.resources import ICON_SIZES, app_icon, resource_path  # noqa: E402
-from engine.errors import ParleyError  # noqa: E402
+from app.resources import ICON_SIZES, app_icon, resource_path
+from engine.errors import ParleyError
 
 try:
-    from fixtures_hub import local_hub  # noqa: F401 (fixture)
+    from fixtures_hub import local_hub  # fixture
 except ImportError:  # tests/ collected as a package
     from tests.fixtures_hub import local_hub  # noqa: F401 (fixture)
 

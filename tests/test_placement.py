@@ -23,7 +23,7 @@ def test_parse_device_strings():
     assert parse_device("auto") is None
     assert parse_device("cuda") == Device("cuda", 0)
     assert str(parse_device("CUDA:2")) == "cuda:2"
-    with pytest.raises(DeviceError, match="'stt.device' = 'gpu' is not a device"):
+    with pytest.raises(DeviceError, match=r"'stt\.device' = 'gpu' is not a device"):
         parse_device("gpu", "stt.device")
     with pytest.raises(DeviceError, match="only CUDA devices take an index"):
         parse_device("mps:1")
@@ -63,7 +63,7 @@ def test_missing_gpu_names_the_stage_and_the_devices_present():
         resolve_placements(config, CPU_ONLY, hub=OFFLINE)
     message = str(info.value)
     assert "llm stage" in message and "cuda:3" in message and "devices present: cpu, mlx" in message
-    with pytest.raises(DeviceError, match="no such GPU.*cpu, cuda:0"):
+    with pytest.raises(DeviceError, match=r"no such GPU.*cpu, cuda:0"):
         resolve_placements(config, ONE_GPU, hub=OFFLINE)
 
 
@@ -110,8 +110,9 @@ def test_apple_silicon_auto_picks_mlx_stages_and_kokoro_on_mps(monkeypatch, tmp_
     # The hub defaults are in the local Hugging Face cache (as after a first run).
     for repo in ("mlx-community/whisper-large-v3-turbo", "mlx-community/Qwen3-4B-Instruct-2507-4bit",
                  "hexgrad/Kokoro-82M"):
-        (tmp_path / f"models--{repo.replace('/', '--')}" / "snapshots" / "abc" / "config.json").parent.mkdir(parents=True)
-        (tmp_path / f"models--{repo.replace('/', '--')}" / "snapshots" / "abc" / "config.json").write_text("{}")
+        config_file = tmp_path / f"models--{repo.replace('/', '--')}" / "snapshots" / "abc" / "config.json"
+        config_file.parent.mkdir(parents=True)
+        config_file.write_text("{}")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     placements = resolve_placements(EngineConfig(), _mac_devices(monkeypatch), hub=HubStatus(offline=True))
     assert (placements["stt"].backend, str(placements["stt"].device)) == ("mlx-whisper", "mlx")

@@ -16,6 +16,7 @@ from engine.engine import Engine
 from engine.events import (EngineError, FinalTranscript, PartialTranscript, ReplyText,
                            TurnCancelled)
 from engine.hub import HubStatus
+from engine.metrics import Figure
 from engine.models import ModelRegistry
 from tests.helpers import normalize
 
@@ -146,7 +147,7 @@ def test_barge_in_stops_the_reply_and_the_llm(registry, one_two_three_path, jfk_
     assert "audio_out_first" in first.marks and first.marks["audio_out_first"] < first.marks["barge_in"]
     # The LLM was cut off mid-reply, not left to finish.
     assert "llm_stopped" in first.marks and "reply_done" not in first.marks
-    assert first.llm_tokens < 120
+    assert first.figures[Figure.LLM_TOKENS] < 120
     # Nothing of the cancelled reply was heard after the barge-in (10 ms clock tick).
     played = {p.turn_id: p for p in sink.history()}[first.turn_id]
     heard_until = played.t_first_heard + played.samples_played / played.sample_rate
@@ -172,7 +173,7 @@ def test_short_pause_reopens_the_turn_and_drops_the_first_revision(registry, one
     merged, later = turns
     text = normalize(merged.transcript)
     assert "fellow americans" in text and ("three" in text or "3" in text)
-    assert merged.dropped_revisions >= 1 and not merged.cancelled
+    assert merged.figures[Figure.DROPPED_REVISIONS] >= 1 and not merged.cancelled
     assert [e.reason for _t, e in rec.of(TurnCancelled)].count("reopened") >= 1
     # Only the final revision of each turn reached listeners, the history and the speaker.
     finals = rec.of(FinalTranscript)
@@ -186,7 +187,7 @@ def test_short_pause_reopens_the_turn_and_drops_the_first_revision(registry, one
     played = {p.turn_id: p.samples_played / p.sample_rate for p in sink.history()}
     for turn in turns:
         # Exactly the final revision's TTS audio was played, nothing of a dropped one.
-        tts_seconds = turn.tts_audio_s
+        tts_seconds = turn.figures[Figure.TTS_AUDIO_S]
         assert played[turn.turn_id] == pytest.approx(tts_seconds, abs=0.05)
     assert later.reply and "ask not" in normalize(later.transcript)
 
@@ -202,4 +203,5 @@ def test_mute_while_speaking_lets_the_reply_finish(registry, one_two_three_path,
     assert "barge-in" not in [e.reason for _t, e in rec.of(TurnCancelled)]
     played = {p.turn_id: p for p in sink.history()}[first.turn_id]
     assert played.samples_flushed == 0
-    assert played.samples_played / played.sample_rate == pytest.approx(first.tts_audio_s, abs=0.05)
+    heard = played.samples_played / played.sample_rate
+    assert heard == pytest.approx(first.figures[Figure.TTS_AUDIO_S], abs=0.05)

@@ -107,7 +107,7 @@ class MicSource:
                 stream.close()
 
     def _choose_format(self, sd, device: AudioDevice) -> tuple[int, int]:
-        native = int(round(device.default_rate))
+        native = round(device.default_rate)
         rates = [self.requested_rate] if self.requested_rate else [PIPELINE_RATE, native]
         channel_options = sorted({1, min(device.channels, 2), device.channels})
         errors = []
@@ -178,6 +178,11 @@ class MicSource:
     def buffered_blocks(self) -> int:
         """Blocks captured and waiting for ``read``."""
         return 0 if self._buffer is None else len(self._buffer)
+
+    @property
+    def buffer_capacity(self) -> int:
+        """Blocks the capture buffer holds before it drops the oldest."""
+        return 0 if self._buffer is None else self._buffer.max_blocks
 
     @property
     def level(self) -> float:

@@ -69,7 +69,7 @@ class SpeakerSink:
                 stream.close()
 
     def _choose_format(self, sd, device: AudioDevice) -> tuple[int, int]:
-        native = int(round(device.default_rate))
+        native = round(device.default_rate)
         rates = [self.requested_rate] if self.requested_rate else [native, 48000, 44100, PIPELINE_RATE]
         errors = []
         for rate in dict.fromkeys(rates):

@@ -72,8 +72,31 @@ class SttModel(Protocol):
     sample_rate: int  # 16000
     actual_device: str
 
-    def transcribe(self, audio: np.ndarray, language: str | None = None) -> SttResult:
-        """Transcribe 16 kHz mono float32 audio. Thread-safe (locks inside if needed)."""
+    def transcribe(self, audio: np.ndarray, language: str | None = None,
+                   beam_size: int = 1) -> SttResult:
+        """Transcribe 16 kHz mono float32 audio. Thread-safe (locks inside if needed).
+
+        The decoding options travel with each call, so units sharing the model may differ.
+        """
+
+    def check_language(self, language: str | None) -> None:
+        """ConfigError unless the model can transcribe ``language`` (None: detect)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationOptions:
+    """How one reply is generated; sent with every call, never stored on the model."""
+
+    max_new_tokens: int = 60
+    temperature: float = 0.0
+    repetition_penalty: float = 1.0
+    no_repeat_ngram_size: int = 0
+
+    @classmethod
+    def from_config(cls, config) -> GenerationOptions:
+        """The options of an ``LlmConfig``."""
+        return cls(config.max_new_tokens, config.temperature, config.repetition_penalty,
+                   config.no_repeat_ngram_size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +115,7 @@ class LlmStep:
 class LlmSession(Protocol):
     """One conversation's decoding state (KV cache) on a shared model."""
 
-    def generate(self, messages: list[dict[str, str]], max_new_tokens: int,
+    def generate(self, messages: list[dict[str, str]], options: GenerationOptions,
                  should_stop: Callable[[], bool]) -> Iterator[LlmStep]:
         """Stream the reply to ``messages`` (chat format, system first).
 
@@ -117,5 +140,10 @@ class TtsModel(Protocol):
     sample_rate: int
     actual_device: str
 
-    def synthesize(self, text: str, should_stop: Callable[[], bool]) -> Iterator[TtsChunk]:
-        """Speak ``text``; yields audio as it is made, stops early when asked."""
+    def synthesize(self, text: str, should_stop: Callable[[], bool], voice: str = "auto",
+                   speed: float = 1.0) -> Iterator[TtsChunk]:
+        """Speak ``text`` (already made speakable); yields audio as it is made, stops
+        early when asked. ``voice`` and ``speed`` travel with each call."""
+
+    def check_voice(self, voice: str) -> None:
+        """ConfigError unless ``voice`` (or ``auto``) is a voice of this model."""

@@ -5,23 +5,29 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+from engine.backends.base import GenerationOptions
 from engine.chunker import ClauseChunker
-from engine.config import LlmConfig
 from engine.conversation import Conversation
 from engine.events import ReplyText
 from engine.messages import Message, TextChunk, Transcript
+from engine.metrics import Figure, Mark
 from engine.stage import Stage, StageContext
 
 
 class LlmStage(Stage):
-    """Owns this unit's LLM session (its KV cache) and its chat history."""
+    """Owns this unit's LLM session (its KV cache); the chat history is the unit's.
 
-    def __init__(self, ctx: StageContext, model, config: LlmConfig,
-                 conversation: Conversation) -> None:
-        super().__init__("llm", ctx, maxsize=8)
+    A new model (``use_model``) gets a new session: the next turn prefills the whole
+    history on it, so the conversation goes on.
+    """
+
+    def __init__(self, ctx: StageContext, model, conversation: Conversation) -> None:
+        super().__init__("llm", ctx, model, maxsize=8)
         self.session = model.new_session()
-        self.config = config
         self.conversation = conversation
+
+    def on_model(self) -> None:
+        self.session = self.model.new_session()
 
     def process(self, msg: Message) -> Iterator[Message]:
         if not isinstance(msg, Transcript):
@@ -32,8 +38,10 @@ class LlmStage(Stage):
             return
         unit, metrics, control = self.ctx.unit, self.ctx.metrics, self.ctx.control
         turn, gen = msg.turn_id, msg.generation
+        config = self.ctx.config.llm  # one settings snapshot for the whole reply
+        options = GenerationOptions.from_config(config)
         start = time.perf_counter()
-        metrics.mark(unit, turn, "llm_start", start, True, gen)
+        metrics.mark(unit, turn, Mark.LLM_START, start, True, gen)
         chunker = ClauseChunker()
         spoken: list[str] = []
         step = None
@@ -42,45 +50,46 @@ class LlmStage(Stage):
         def should_stop() -> bool:
             return control.is_stale(turn, gen) or self.ctx.stopping.is_set()
 
-        def figure(name: str, value: float) -> None:
+        def figure(name: Figure, value: float) -> None:
             metrics.figure(unit, turn, name, value, generation=gen)
 
-        messages = self.conversation.messages_for(msg.text)
-        figure("llm_history_turns", sum(m["role"] == "user" for m in messages) - 1)
-        for step in self.session.generate(messages, self.config.max_new_tokens, should_stop):
+        messages = self.conversation.messages_for(msg.text, config.system_prompt,
+                                                  config.history_turns)
+        figure(Figure.LLM_HISTORY_TURNS, sum(m["role"] == "user" for m in messages) - 1)
+        for step in self.session.generate(messages, options, should_stop):
             if step.tokens == 1:
-                metrics.mark(unit, turn, "llm_first_token", time.perf_counter(), True, gen)
+                metrics.mark(unit, turn, Mark.LLM_FIRST_TOKEN, time.perf_counter(), True, gen)
             for piece in chunker.feed(step.text):
                 if first:
-                    figure("llm_first_chunk_compute_s", time.perf_counter() - start)
+                    figure(Figure.LLM_FIRST_CHUNK_COMPUTE_S, time.perf_counter() - start)
                     first = False
                 spoken.append(piece)
                 yield self._chunk(turn, gen, piece)
-            if chunker.sentences >= self.config.max_sentences:
+            if chunker.sentences >= config.max_sentences:
                 break
         if step is not None:
-            figure("llm_tokens", step.tokens)
-            figure("llm_tokens_per_s", step.tokens_per_second)
-            figure("llm_prompt_tokens", step.prompt_tokens)
+            figure(Figure.LLM_TOKENS, step.tokens)
+            figure(Figure.LLM_TOKENS_PER_S, step.tokens_per_second)
+            figure(Figure.LLM_PROMPT_TOKENS, step.prompt_tokens)
         if should_stop():
             # Cut off (barge-in, reopened turn, shutdown): record where it stopped.
-            metrics.mark(unit, turn, "llm_stopped", time.perf_counter(), True, gen)
+            metrics.mark(unit, turn, Mark.LLM_STOPPED, time.perf_counter(), True, gen)
             return
-        rest = chunker.flush() if chunker.sentences < self.config.max_sentences else ""
-        capped = step is not None and step.tokens >= self.config.max_new_tokens
-        if capped and spoken and rest and rest[-1] not in ".!?…\"')":
+        rest = chunker.flush() if chunker.sentences < config.max_sentences else ""
+        capped = step is not None and step.tokens >= options.max_new_tokens
+        if capped and spoken and rest and rest.rstrip()[-1] not in ".!?…\"')":
             rest = ""  # the token cap cut a sentence in half: end on the last whole one
         if rest:
             spoken.append(rest)
             if first:
-                figure("llm_first_chunk_compute_s", time.perf_counter() - start)
+                figure(Figure.LLM_FIRST_CHUNK_COMPUTE_S, time.perf_counter() - start)
         reply = " ".join(spoken)
         control.run_if_current(turn, gen, lambda: self.conversation.append(turn, msg.text, reply))
         yield self._chunk(turn, gen, rest, last=True)
 
     def _chunk(self, turn: int, gen: int, text: str, last: bool = False) -> TextChunk:
         if text:
-            self.ctx.metrics.mark(self.ctx.unit, turn, "tts_first_text", time.perf_counter(),
+            self.ctx.metrics.mark(self.ctx.unit, turn, Mark.TTS_FIRST_TEXT, time.perf_counter(),
                                   generation=gen)
             self.ctx.metrics.add_reply(self.ctx.unit, turn, text + " ", gen)
             self.ctx.gate.emit(turn, gen, ReplyText(self.ctx.unit, turn, text))

@@ -6,7 +6,8 @@ import time
 from collections.abc import Iterator
 
 from engine.events import FinalTranscript, PartialTranscript
-from engine.messages import Message, SpeechSegment, SpeechStarted, Transcript
+from engine.messages import Message, SpeechSegment, Transcript
+from engine.metrics import Figure, Mark
 from engine.stage import Stage, StageContext
 from engine.stages.vad_stage import PartialGate
 
@@ -24,39 +25,39 @@ def stable_prefix(previous: str, current: str) -> tuple[str, str]:
 class SttStage(Stage):
     """Runs the shared STT model in this unit's thread."""
 
-    def __init__(self, ctx: StageContext, model, language: str, gate: PartialGate) -> None:
-        super().__init__("stt", ctx, maxsize=8)
-        self.model = model
-        self.language = language
+    def __init__(self, ctx: StageContext, model, gate: PartialGate) -> None:
+        super().__init__("stt", ctx, model, maxsize=8)
         self.gate = gate
         self._last_partial: dict[int, str] = {}
 
     def process(self, msg: Message) -> Iterator[Message]:
-        if isinstance(msg, SpeechStarted):
-            return
         if not isinstance(msg, SpeechSegment):
             yield msg
             return
         unit, metrics = self.ctx.unit, self.ctx.metrics
+        options = self.ctx.config.stt
+        language = options.language or None
         if not msg.final:
             if msg.revision < self.gate.latest:
                 metrics.dropped_stale("stt-partial")
                 return  # a newer partial (or the final segment) is already on its way
-            result = self.model.transcribe(msg.audio, self.language)
+            result = self.model.transcribe(msg.audio, language, options.beam_size)
             if self.is_stale(msg) or msg.revision < self.gate.final:
                 return
             stable, unstable = stable_prefix(self._last_partial.get(msg.turn_id, ""), result.text)
             self._last_partial[msg.turn_id] = result.text
             self.ctx.events.emit(PartialTranscript(unit, msg.turn_id, stable, unstable))
             return
-        metrics.mark(unit, msg.turn_id, "stt_start", time.perf_counter(), True, msg.generation)
-        result = self.model.transcribe(msg.audio, self.language)
+        metrics.mark(unit, msg.turn_id, Mark.STT_START, time.perf_counter(), True, msg.generation)
+        result = self.model.transcribe(msg.audio, language, options.beam_size)
         if self.is_stale(msg):
             return
         text = result.text.strip()
-        metrics.mark(unit, msg.turn_id, "stt_done", time.perf_counter(), True, msg.generation)
-        metrics.figure(unit, msg.turn_id, "stt_compute_s", result.compute_seconds, generation=msg.generation)
-        metrics.figure(unit, msg.turn_id, "stt_rtf", result.real_time_factor, generation=msg.generation)
+        metrics.mark(unit, msg.turn_id, Mark.STT_DONE, time.perf_counter(), True, msg.generation)
+        metrics.figure(unit, msg.turn_id, Figure.STT_COMPUTE_S, result.compute_seconds,
+                       generation=msg.generation)
+        metrics.figure(unit, msg.turn_id, Figure.STT_RTF, result.real_time_factor,
+                       generation=msg.generation)
         metrics.set_transcript(unit, msg.turn_id, text, msg.generation)
         self._last_partial.pop(msg.turn_id, None)
         self.ctx.gate.emit(msg.turn_id, msg.generation, FinalTranscript(unit, msg.turn_id, text))

@@ -1,4 +1,8 @@
-"""TTS stage: reply clauses -> audio chunks, checking for cancellation per chunk."""
+"""TTS stage: reply clauses -> audio chunks, checking for cancellation per chunk.
+
+The reply text stays as the LLM wrote it everywhere else (screen, history); here, right
+before synthesis and only here, it becomes what the voice says (``speakable``).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ from collections.abc import Iterator
 import numpy as np
 
 from engine.messages import AudioOut, Message, TextChunk
+from engine.metrics import Figure, Mark
+from engine.speech_text import speakable
 from engine.stage import Stage, StageContext
 
 
@@ -15,30 +21,29 @@ class TtsStage(Stage):
     """Runs the shared TTS model in this unit's thread."""
 
     def __init__(self, ctx: StageContext, model) -> None:
-        super().__init__("tts", ctx, maxsize=16)
-        self.model = model
+        super().__init__("tts", ctx, model, maxsize=16)
 
     def process(self, msg: Message) -> Iterator[Message]:
         if not isinstance(msg, TextChunk):
             yield msg
             return
-        unit, metrics = self.ctx.unit, self.ctx.metrics
-        if msg.text.strip():
+        unit, metrics, turn, gen = self.ctx.unit, self.ctx.metrics, msg.turn_id, msg.generation
+        text = speakable(msg.text)
+        if text:
+            options = self.ctx.config.tts
             start = time.perf_counter()
             audio_s = 0.0
-            for chunk in self.model.synthesize(msg.text, lambda: self.is_stale(msg)):
+            for chunk in self.model.synthesize(text, lambda: self.is_stale(msg), options.voice,
+                                               options.speed):
                 if self.is_stale(msg):
                     return
                 now = time.perf_counter()
-                if metrics.figure_once(unit, msg.turn_id, "tts_first_compute_s", now - start,
-                                       msg.generation):
-                    metrics.mark(unit, msg.turn_id, "tts_first_audio", now, generation=msg.generation)
+                if metrics.figure_once(unit, turn, Figure.TTS_FIRST_COMPUTE_S, now - start, gen):
+                    metrics.mark(unit, turn, Mark.TTS_FIRST_AUDIO, now, generation=gen)
                 audio_s += len(chunk.audio) / chunk.sample_rate
-                yield AudioOut(msg.turn_id, msg.generation, chunk.audio, chunk.sample_rate, False)
+                yield AudioOut(turn, gen, chunk.audio, chunk.sample_rate, False)
             if audio_s:
-                metrics.figure(unit, msg.turn_id, "tts_compute_s", time.perf_counter() - start, True,
-                               msg.generation)
-                metrics.figure(unit, msg.turn_id, "tts_audio_s", audio_s, True, msg.generation)
+                metrics.figure(unit, turn, Figure.TTS_COMPUTE_S, time.perf_counter() - start, True, gen)
+                metrics.figure(unit, turn, Figure.TTS_AUDIO_S, audio_s, True, gen)
         if msg.last:
-            yield AudioOut(msg.turn_id, msg.generation, np.zeros(0, np.float32),
-                           self.model.sample_rate, True)
+            yield AudioOut(turn, gen, np.zeros(0, np.float32), self.model.sample_rate, True)

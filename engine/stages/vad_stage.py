@@ -1,21 +1,27 @@
-"""VAD stage: reads the audio source, finds turns, handles barge-in and reopening."""
+"""VAD stage: the source stage. Reads the audio source, finds turns, barges in, commits.
+
+It yields speech segments for STT (growing partials while the user speaks, the final
+segment at the turn's end). Playback goes through the narrow ``Playback`` interface:
+``is_playing`` (mute-while-speaking), ``cut`` (barge-in) and ``commit`` (release a
+committed turn's held reply).
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from engine.audio.base import AudioSink, AudioSource
+from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSource
 from engine.config import BargeIn, EngineConfig
 from engine.conversation import BARGE_IN, REOPENED
 from engine.events import TurnCancelled, UserSpeaking
-from engine.messages import EndOfStream, SpeechSegment, SpeechStarted, TurnCommitted
-from engine.stage import Stage, StageContext
-from engine.turns import Committed, Partial, Reopened, SegmentEnded, Started, TurnDetector
-
-_READ_TIMEOUT_S = 0.05
+from engine.messages import Message, SpeechSegment
+from engine.metrics import Mark
+from engine.playback import Playback
+from engine.stage import SourceStage, StageContext
+from engine.turns import Committed, Partial, Reopened, SegmentEnded, Started, TurnDetector, TurnEvent
 
 
 class PartialGate:
@@ -31,81 +37,72 @@ class PartialGate:
         self.final = -1
 
 
-class VadStage(Stage):
+class VadStage(SourceStage):
     """Source -> frames -> speech probability -> turn events -> segments for STT."""
 
-    def __init__(self, ctx: StageContext, config: EngineConfig, vad_model, source: AudioSource,
-                 sink: AudioSink, sink_stage: Stage, gate: PartialGate,
-                 next_turn_id: Callable[[], int]) -> None:
-        super().__init__("vad", ctx, maxsize=1)
-        self.source = source
-        self.sink = sink
-        self.sink_stage = sink_stage
+    def __init__(self, ctx: StageContext, vad_model, source: AudioSource, playback: Playback,
+                 gate: PartialGate, next_turn_id: Callable[[], int]) -> None:
+        super().__init__("vad", ctx, source, vad_model)
+        self.playback = playback
         self.gate = gate
-        self.stream = vad_model.new_stream()
-        self.frame_samples = vad_model.frame_samples
-        self.detector = TurnDetector(config.vad, config.turns, self.frame_samples,
-                                     vad_model.sample_rate)
-        self.barge_in = config.turns.barge_in
         self._next_turn_id = next_turn_id
         self.turn_id = 0
         self._partial_seq = 0
         self._pending = np.zeros(0, np.float32)
         self._pending_t = 0.0
         self._playing_turn: int | None = None
+        self._config: EngineConfig = ctx.config
+        self.stream = vad_model.new_stream()
+        self.detector = TurnDetector(ctx.config.vad, ctx.config.turns, vad_model.frame_samples,
+                                     vad_model.sample_rate)
 
-    def _run(self) -> None:  # reads the source instead of an inbox
-        try:
-            while not self.ctx.stopping.is_set():
-                block = self.source.read(_READ_TIMEOUT_S)
-                if block is None:
-                    if self.source.finished:
-                        break
-                    continue
-                start = time.perf_counter()
-                self._feed(block.samples, block.t_start)
-                self.ctx.metrics.stage_time(self.name, time.perf_counter() - start)
-            if not self.ctx.stopping.is_set():
-                for event in self.detector.flush():
-                    self._handle_event(event)
-                self.emit(EndOfStream(self.turn_id, self.ctx.control.generation))
-        except Exception as exc:  # noqa: BLE001 - reported, the unit then drains
-            self._report(f"{type(exc).__name__}: {exc}")
-            self.emit(EndOfStream(self.turn_id, self.ctx.control.generation))
+    def on_model(self) -> None:
+        self.stream = self.model.new_stream()
+        if self.detector.frame_s != self.model.frame_samples / self.model.sample_rate:
+            self.detector = TurnDetector(self._config.vad, self._config.turns,
+                                         self.model.frame_samples, self.model.sample_rate)
+            self._pending = np.zeros(0, np.float32)
 
-    def _feed(self, samples: np.ndarray, t_start: float) -> None:
+    def process_block(self, block: AudioBlock) -> Iterator[Message]:
+        config = self.ctx.config
+        if config is not self._config:  # a runtime change: thresholds and waits, mid-turn too
+            self._config = config
+            self.detector.configure(config.vad, config.turns)
         if self._pending.size == 0:
-            self._pending_t = t_start
+            self._pending_t = block.t_start
+        samples = block.samples
         self._pending = np.concatenate([self._pending, samples]) if self._pending.size else samples
-        n = self.frame_samples
-        rate = self.source.sample_rate
+        n = self.model.frame_samples
+        mute = config.turns.barge_in is BargeIn.MUTE_WHILE_SPEAKING
         while self._pending.size >= n:
             frame, self._pending = self._pending[:n], self._pending[n:]
             t = self._pending_t
-            self._pending_t += n / rate
-            if self.barge_in is BargeIn.MUTE_WHILE_SPEAKING and self.sink.is_playing:
+            self._pending_t += n / PIPELINE_RATE
+            if mute and self.playback.is_playing:
                 continue  # no echo cancellation: the mic would hear the assistant
             probability = self.stream.speech_probability(frame)
             for event in self.detector.push(frame, probability, t):
-                self._handle_event(event)
+                yield from self._on_turn_event(event)
 
-    def _handle_event(self, event) -> None:
+    def on_source_end(self) -> Iterator[Message]:
+        for event in self.detector.flush():
+            yield from self._on_turn_event(event)
+
+    def _on_turn_event(self, event: TurnEvent) -> Iterator[Message]:
         ctx, unit = self.ctx, self.ctx.unit
         if isinstance(event, Started):
             if not event.resumed:
                 self.turn_id = self._next_turn_id()
-                self._maybe_barge_in(event.t_start)
-                ctx.metrics.mark(unit, self.turn_id, "speech_start", event.t_start)
+                self._maybe_barge_in()
+                ctx.metrics.mark(unit, self.turn_id, Mark.SPEECH_START, event.t_start)
             ctx.events.emit(UserSpeaking(unit, self.turn_id, True))
-            self.emit(SpeechStarted(self.turn_id, ctx.control.generation, event.t_start))
         elif isinstance(event, Partial):
             self._partial_seq += 1
             self.gate.latest = self._partial_seq
-            self.emit(SpeechSegment(self.turn_id, ctx.control.generation, event.audio, 16000,
-                                    False, event.t_speech_start, time.perf_counter(),
-                                    self._partial_seq))
+            yield SpeechSegment(self.turn_id, ctx.control.generation, event.audio, PIPELINE_RATE,
+                                False, event.t_speech_start, time.perf_counter(), self._partial_seq)
         elif isinstance(event, SegmentEnded):
-            self._send_final(event.audio, event.t_speech_start, event.t_speech_end)
+            yield self._final(event.audio, event.t_speech_start, event.t_speech_end)
         elif isinstance(event, Reopened):
             generation = ctx.control.cancel_turn(self.turn_id, REOPENED)
             ctx.metrics.reset_turn_work(unit, self.turn_id, generation)
@@ -113,31 +110,38 @@ class VadStage(Stage):
         elif isinstance(event, Committed):
             ctx.events.emit(UserSpeaking(unit, self.turn_id, False))
             if not event.speculated:
-                self._send_final(event.audio, event.t_speech_start, event.t_speech_end)
-            ctx.metrics.mark(unit, self.turn_id, "committed", time.perf_counter())
+                yield self._final(event.audio, event.t_speech_start, event.t_speech_end)
+            ctx.metrics.mark(unit, self.turn_id, Mark.COMMITTED, time.perf_counter())
             ctx.gate.commit(self.turn_id)
+            self.playback.commit(self.turn_id)
             self._playing_turn = self.turn_id
-            self.sink_stage.put(TurnCommitted(self.turn_id, ctx.control.generation))
 
-    def _send_final(self, audio: np.ndarray, t_start: float, t_end: float) -> None:
+    def _final(self, audio: np.ndarray, t_start: float, t_end: float) -> SpeechSegment:
         ctx, unit = self.ctx, self.ctx.unit
-        ctx.metrics.mark(unit, self.turn_id, "speech_end", t_end, overwrite=True)
-        ctx.metrics.mark(unit, self.turn_id, "vad_end", time.perf_counter(), overwrite=True)
+        ctx.metrics.mark(unit, self.turn_id, Mark.SPEECH_END, t_end, overwrite=True)
+        ctx.metrics.mark(unit, self.turn_id, Mark.VAD_END, time.perf_counter(), overwrite=True)
         # Any partial still queued or being decoded is now useless.
         self.gate.latest = self.gate.final = self._partial_seq + 1
-        self.emit(SpeechSegment(self.turn_id, ctx.control.generation, audio, 16000, True,
-                                t_start, t_end))
+        return SpeechSegment(self.turn_id, ctx.control.generation, audio, PIPELINE_RATE, True,
+                             t_start, t_end)
 
-    def _maybe_barge_in(self, t_start: float) -> None:
-        if self.barge_in is not BargeIn.FULL_DUPLEX or self._playing_turn is None:
+    def _maybe_barge_in(self) -> None:
+        if self.ctx.config.turns.barge_in is not BargeIn.FULL_DUPLEX or self._playing_turn is None:
             return
         turn = self._playing_turn
         record = self.ctx.metrics.turn(self.ctx.unit, turn)
         reply_pending = record is not None and not record.finished and not record.cancelled
-        if not (self.sink.is_playing or reply_pending):
-            return
+        if self.playback.is_playing or reply_pending:
+            self.cut_off(turn)
+
+    def cut_off(self, turn: int) -> None:
+        """Drop every reply in flight (``turn`` is the one heard now) and silence it.
+
+        Called from this stage (barge-in) and from other threads (an interrupt button):
+        the control, playback, metrics and events are each thread-safe.
+        """
         self.ctx.control.cancel_all(turn, BARGE_IN)
-        self.sink.flush()
+        self.playback.cut()
         self.ctx.metrics.set_cancelled(self.ctx.unit, turn)
-        self.ctx.metrics.mark(self.ctx.unit, turn, "barge_in", time.perf_counter())
+        self.ctx.metrics.mark(self.ctx.unit, turn, Mark.BARGE_IN, time.perf_counter())
         self.ctx.events.emit(TurnCancelled(self.ctx.unit, turn, BARGE_IN))

@@ -23,17 +23,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from engine.backends import mlx_guard
 from engine.backends.llm import check_context, reusable_prefix
-from engine.backends.base import LlmStep, LoadRequest, Progress, no_progress
+from engine.backends.base import GenerationOptions, LlmStep, LoadRequest, Progress, no_progress
 from engine.backends.llm.sampling import SAMPLING_TOP_K, NgramBlocker
-from engine.config import LlmConfig
 from engine.errors import ConfigError, DeviceError, MissingDependencyError, ModelError
+from engine.hub import offline as hub_offline
 from engine.mlx_lock import MlxLock, get_mlx_lock, unit_of_current_thread
 
 STAGE = "llm"
@@ -55,13 +54,6 @@ def bundled_model() -> str | None:
         if path.is_file():
             return str(path)
     return None
-
-
-def _offline() -> bool:
-    from huggingface_hub import constants
-
-    return bool(constants.HF_HUB_OFFLINE) or os.environ.get("HF_HUB_OFFLINE", "").lower() in (
-        "1", "true", "yes", "on")
 
 
 def _check_folder(folder: Path) -> Path:
@@ -105,7 +97,7 @@ def resolve_model_folder(model: str, progress: Progress = no_progress) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 
-    offline = _offline()
+    offline = hub_offline()
     if not offline:
         progress(None, f"fetching {model} from the Hugging Face hub (first time only)")
     try:
@@ -128,13 +120,12 @@ class MlxLm:
 
     actual_device = "mlx"
 
-    def __init__(self, model, tokenizer, folder: Path, options: LlmConfig, lock: MlxLock,
+    def __init__(self, model, tokenizer, folder: Path, lock: MlxLock,
                  compute_device: str, context_tokens: int | None) -> None:
         self.model = model
         self.tokenizer = tokenizer  # mlx_lm TokenizerWrapper
         self.folder = folder
         self.name = folder.name
-        self.options = options
         self.lock = lock
         self.compute_device = compute_device  # "gpu" or "cpu": MLX's own default device
         self.context_tokens = context_tokens
@@ -146,8 +137,8 @@ class MlxLm:
 
     def warmup(self) -> None:
         """Generate one token from a short prompt: MLX sets up its kernels on first use."""
-        for _ in self.new_session().generate([{"role": "user", "content": "Hi"}], 1,
-                                             lambda: False):
+        for _ in self.new_session().generate([{"role": "user", "content": "Hi"}],
+                                             GenerationOptions(max_new_tokens=1), lambda: False):
             pass
 
     def close(self) -> None:
@@ -208,7 +199,7 @@ class MlxLmSession:
                                                      tokenize=True, enable_thinking=False)
         return list(ids)
 
-    def generate(self, messages: list[dict[str, str]], max_new_tokens: int,
+    def generate(self, messages: list[dict[str, str]], options: GenerationOptions,
                  should_stop: Callable[[], bool]) -> Iterator[LlmStep]:
         """Stream the reply to ``messages``, one step per generated token.
 
@@ -217,6 +208,7 @@ class MlxLmSession:
         further step. Iterate in the thread that owns this session.
         """
         llm = self.llm
+        max_new_tokens = options.max_new_tokens
         if max_new_tokens < 1:
             raise ConfigError(f"'llm.max_new_tokens' = {max_new_tokens}: it must be at least 1")
         prompt = self.prompt_ids(messages)
@@ -231,10 +223,9 @@ class MlxLmSession:
             from mlx_lm.sample_utils import make_sampler
 
             fresh = self._reuse_cache(prompt)
-            opts = llm.options
-            penalties = _ReplyPenalties(len(fresh), opts.repetition_penalty,
-                                        opts.no_repeat_ngram_size)
-            sampler = make_sampler(opts.temperature, top_k=SAMPLING_TOP_K)
+            penalties = _ReplyPenalties(len(fresh), options.repetition_penalty,
+                                        options.no_repeat_ngram_size)
+            sampler = make_sampler(options.temperature, top_k=SAMPLING_TOP_K)
             steps = stream_generate(llm.model, llm.tokenizer, fresh, max_tokens=max_new_tokens,
                                     sampler=sampler, logits_processors=[penalties],
                                     prompt_cache=self._cache, stream=generation_stream)
@@ -348,8 +339,7 @@ def load(request: LoadRequest, progress: Progress = no_progress, *,
     if not tokenizer.has_chat_template:
         raise ModelError(f"the model in {folder} has no chat template (chat_template.jinja or "
                          "tokenizer_config.json); use an instruct/chat model")
-    llm = MlxLm(model, tokenizer, folder, request.options or LlmConfig(), lock, compute_device,
-                _context_tokens(folder))
+    llm = MlxLm(model, tokenizer, folder, lock, compute_device, _context_tokens(folder))
     progress(1.0, f"loaded {folder.name} on MLX ({compute_device}) in "
                   f"{time.perf_counter() - started:.1f} s")
     return llm

@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from engine.backends.llm import check_context, reusable_prefix
-from engine.backends.base import LlmStep, LoadRequest, Progress, no_progress
+from engine.backends.base import GenerationOptions, LlmStep, LoadRequest, Progress, no_progress
 from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token
-from engine.config import LlmConfig
 from engine.errors import ConfigError, DeviceError, ModelError
+from engine.hub import offline as hub_offline
 
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -57,7 +57,6 @@ def load(request: LoadRequest, progress: Progress = no_progress) -> Transformers
         raise DeviceError(f"llm backend 'transformers' cannot run on {device}; "
                           "it runs on cpu, cuda, cuda:N and mps")
     folder = resolve_model_folder(request.model, progress)
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dtype = _torch_dtype(request.dtype, device)
@@ -72,7 +71,7 @@ def load(request: LoadRequest, progress: Progress = no_progress) -> Transformers
         raise ModelError(f"the model in {folder} has no chat template "
                          "(chat_template.jinja or tokenizer_config.json); use an instruct/chat model")
     model.to(str(device)).eval()
-    llm = TransformersLlm(model, tokenizer, folder, request.options or LlmConfig())
+    llm = TransformersLlm(model, tokenizer, folder)
     progress(1.0, f"loaded {folder.name} on {llm.actual_device} in {time.perf_counter() - started:.1f} s")
     return llm
 
@@ -109,18 +108,11 @@ def _check_folder(folder: Path) -> None:
                          f"pytorch_model.bin){hint}")
 
 
-def _offline() -> bool:
-    from huggingface_hub import constants
-
-    flags = (os.environ.get("HF_HUB_OFFLINE", ""), os.environ.get("TRANSFORMERS_OFFLINE", ""))
-    return constants.HF_HUB_OFFLINE or any(f.lower() in ("1", "true", "yes", "on") for f in flags)
-
-
 def _hub_snapshot(repo_id: str, progress: Progress) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 
-    offline = _offline()
+    offline = hub_offline()
     if not offline:
         progress(None, f"fetching {repo_id} from the Hugging Face hub (first time only)")
     try:
@@ -156,11 +148,10 @@ def _torch_dtype(name: str, device):
 class TransformersLlm:
     """A loaded causal LM and tokenizer, shared by every pipeline unit."""
 
-    def __init__(self, model, tokenizer, folder: Path, options: LlmConfig) -> None:
+    def __init__(self, model, tokenizer, folder: Path) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.folder = folder
-        self.options = options
         self.lock = threading.Lock()  # one forward pass at a time on this model
         first = next(model.parameters())
         self.actual_device = str(first.device)
@@ -178,7 +169,8 @@ class TransformersLlm:
 
     def warmup(self) -> None:
         """Run a one-token reply so the first real turn does not pay for lazy setup."""
-        for _ in self.new_session().generate([{"role": "user", "content": "Hi"}], 1, lambda: False):
+        for _ in self.new_session().generate([{"role": "user", "content": "Hi"}],
+                                             GenerationOptions(max_new_tokens=1), lambda: False):
             pass
 
     def forward(self, token_ids: list[int], cache):
@@ -241,7 +233,7 @@ class TransformersLlmSession:
         text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return list(tok(text, add_special_tokens=False)["input_ids"])
 
-    def generate(self, messages: list[dict[str, str]], max_new_tokens: int,
+    def generate(self, messages: list[dict[str, str]], options: GenerationOptions,
                  should_stop: Callable[[], bool]) -> Iterator[LlmStep]:
         """Stream the reply to ``messages``, one step per generated token.
 
@@ -252,7 +244,8 @@ class TransformersLlmSession:
         import torch
 
         llm = self.llm
-        opts = llm.options
+        opts = options
+        max_new_tokens = options.max_new_tokens
         prompt = self.prompt_ids(messages)
         check_context(len(prompt), max_new_tokens, llm.context_tokens)
         if should_stop():

@@ -101,11 +101,9 @@ class FasterWhisperStt:
 
     sample_rate = SAMPLE_RATE
 
-    def __init__(self, model, name: str, beam_size: int, language: str | None) -> None:
+    def __init__(self, model, name: str) -> None:
         self._model = model
         self.name = name
-        self.beam_size = beam_size
-        self.default_language = language
         self.multilingual = bool(model.model.is_multilingual)
         self.compute_type = str(model.model.compute_type)
         self.actual_device = self._read_device()
@@ -128,8 +126,9 @@ class FasterWhisperStt:
             raise ConfigError(f"'stt.language' = {language!r} cannot be used with STT model "
                               f"{self.name}: {what}")
 
-    def transcribe(self, audio: np.ndarray, language: str | None = None) -> SttResult:
-        """Transcribe 16 kHz mono float32 ``audio``; ``language`` None uses the configured one.
+    def transcribe(self, audio: np.ndarray, language: str | None = None,
+                   beam_size: int = 1) -> SttResult:
+        """Transcribe 16 kHz mono float32 ``audio``; ``language`` None detects it.
 
         Greedy or beam search at temperature 0 only (no sampling fallback), without
         timestamps, without conditioning on earlier text and without faster-whisper's
@@ -138,14 +137,13 @@ class FasterWhisperStt:
         audio = np.ascontiguousarray(audio, dtype=np.float32)
         if audio.ndim != 1:
             raise AudioInputError(f"STT takes mono (1-D) 16 kHz audio; got shape {audio.shape}")
-        language = language or self.default_language
         self.check_language(language)
         seconds = audio.size / SAMPLE_RATE
         start = time.perf_counter()
         if audio.size == 0:
             return SttResult("", 0.0, 0.0)
         segments, _info = self._model.transcribe(
-            audio, language=language, beam_size=self.beam_size, temperature=0.0,
+            audio, language=language, beam_size=beam_size, temperature=0.0,
             vad_filter=False, without_timestamps=True, condition_on_previous_text=False,
         )
         text = "".join(segment.text for segment in segments).strip()
@@ -160,8 +158,7 @@ def load(request: LoadRequest, progress: Progress) -> FasterWhisperStt:
     """Load ``request.model`` (a CTranslate2 folder or a hub id) on cpu or cuda:N.
 
     ``request.dtype`` is the CTranslate2 compute type (auto: int8 on CPU, float16 on
-    CUDA). ``request.options`` is the SttConfig: its ``beam_size`` and ``language``
-    are used.
+    CUDA). Language and beam size are per call (``transcribe``).
     """
     from faster_whisper import WhisperModel
 
@@ -170,8 +167,6 @@ def load(request: LoadRequest, progress: Progress) -> FasterWhisperStt:
         raise DeviceError(f"stt stage: faster-whisper runs on cpu or cuda, not on {device}")
     compute_type = _compute_type(request.dtype, device.kind)
     model_ref = _resolve_model(request.model)
-    beam_size = int(getattr(request.options, "beam_size", 1))
-    language = getattr(request.options, "language", None) or None
     progress(None, f"loading Whisper {model_ref} ({compute_type}) on {device}")
     try:
         model = WhisperModel(
@@ -188,7 +183,6 @@ def load(request: LoadRequest, progress: Progress) -> FasterWhisperStt:
             raise DeviceError(f"stt stage: CTranslate2 cannot run on {device}: {exc}") from None
         raise ModelError(f"CTranslate2 cannot load STT model {model_ref} on {device}: "
                          f"{exc}") from None
-    stt = FasterWhisperStt(model, model_ref, beam_size, language)
-    stt.check_language(language)
+    stt = FasterWhisperStt(model, model_ref)
     progress(1.0, f"Whisper ready on {stt.actual_device} ({stt.compute_type})")
     return stt

@@ -18,7 +18,6 @@ see each other's.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import numpy as np
 from engine.backends import mlx_guard
 from engine.backends.base import LoadRequest, Progress, SttResult, no_progress
 from engine.errors import AudioInputError, ConfigError, DeviceError, ModelError
+from engine.hub import offline as hub_offline
 from engine.mlx_lock import MlxLock, get_mlx_lock, unit_of_current_thread
 
 SAMPLE_RATE = 16000
@@ -67,13 +67,6 @@ def _check_folder(folder: Path) -> Path:
     return folder
 
 
-def _offline() -> bool:
-    from huggingface_hub import constants
-
-    return bool(constants.HF_HUB_OFFLINE) or os.environ.get("HF_HUB_OFFLINE", "").lower() in (
-        "1", "true", "yes", "on")
-
-
 def resolve_model_folder(model: str, progress: Progress = no_progress) -> Path:
     """The local folder of ``model``: a folder as is, a hub id from the hub or its cache."""
     path = Path(model).expanduser()
@@ -85,7 +78,7 @@ def resolve_model_folder(model: str, progress: Progress = no_progress) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 
-    offline = _offline()
+    offline = hub_offline()
     if not offline:
         progress(None, f"fetching {model} from the Hugging Face hub (first time only)")
     try:
@@ -110,14 +103,12 @@ class MlxWhisperStt:
     sample_rate = SAMPLE_RATE
     actual_device = "mlx"
 
-    def __init__(self, model, folder: Path, fp16: bool, language: str | None,
-                 beam_size: int, lock: MlxLock, compute_device: str) -> None:
+    def __init__(self, model, folder: Path, fp16: bool, lock: MlxLock,
+                 compute_device: str) -> None:
         self._model = model
         self.folder = folder
         self.name = str(folder)
         self.fp16 = fp16
-        self.default_language = language
-        self.beam_size = beam_size
         self.lock = lock
         self.compute_device = compute_device  # "gpu" or "cpu": MLX's own default device
         self.multilingual = bool(model.is_multilingual)
@@ -139,7 +130,7 @@ class MlxWhisperStt:
             raise ConfigError(f"'stt.language' = {language!r} is not a Whisper language; "
                               f"choices: {', '.join(sorted(LANGUAGES))}")
 
-    def transcribe(self, audio: np.ndarray, language: str | None = None,
+    def transcribe(self, audio: np.ndarray, language: str | None = None, beam_size: int = 1,
                    unit: int | None = None) -> SttResult:
         """Transcribe 16 kHz mono float32 ``audio``; thread-safe through the MLX lock.
 
@@ -151,14 +142,13 @@ class MlxWhisperStt:
         audio = np.ascontiguousarray(audio, dtype=np.float32)
         if audio.ndim != 1:
             raise AudioInputError(f"STT takes mono (1-D) 16 kHz audio; got shape {audio.shape}")
-        language = language or self.default_language
         self.check_language(language)
         seconds = audio.size / SAMPLE_RATE
         if audio.size == 0:
             return SttResult("", 0.0, 0.0)
         options = {"language": language, "fp16": self.fp16, "without_timestamps": True}
-        if self.beam_size > 1:
-            options["beam_size"] = self.beam_size
+        if beam_size > 1:
+            options["beam_size"] = beam_size
         start = time.perf_counter()
         if unit is None:
             unit = unit_of_current_thread()
@@ -201,7 +191,7 @@ def load(request: LoadRequest, progress: Progress = no_progress, *,
     """Load ``request.model`` (an mlx-whisper folder or hub id) on MLX.
 
     ``request.dtype``: auto (float16 on the GPU, float32 on MLX's CPU backend), float16
-    or float32. ``request.options`` is the SttConfig (``language``, ``beam_size``).
+    or float32. Language and beam size are per call (``transcribe``).
     ``lock``: the MLX lock to use (default: the process-wide one).
     """
     if request.device.kind != "mlx":
@@ -209,8 +199,6 @@ def load(request: LoadRequest, progress: Progress = no_progress, *,
     mlx_guard.enable_from_env()
     lock = lock or get_mlx_lock()
     folder = resolve_model_folder(request.model, progress)
-    language = getattr(request.options, "language", None) or None
-    beam_size = int(getattr(request.options, "beam_size", 1))
     progress(None, f"loading Whisper {folder.name} on MLX")
     started = time.perf_counter()
     with lock.hold(STAGE):
@@ -223,8 +211,7 @@ def load(request: LoadRequest, progress: Progress = no_progress, *,
             model = load_model(str(folder), dtype=mx.float16 if fp16 else mx.float32)
         except (OSError, ValueError, TypeError, KeyError, RuntimeError) as exc:
             raise ModelError(f"mlx-whisper cannot load the STT model in {folder}: {exc}") from None
-    stt = MlxWhisperStt(model, folder, fp16, language, beam_size, lock, compute_device)
-    stt.check_language(language)
+    stt = MlxWhisperStt(model, folder, fp16, lock, compute_device)
     progress(1.0, f"Whisper ready on MLX ({compute_device}, {stt.dtype}) in "
                   f"{time.perf_counter() - started:.1f} s")
     return stt

@@ -8,7 +8,6 @@ model is safe from several threads at once.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from pathlib import Path
@@ -18,16 +17,13 @@ import numpy as np
 from engine.backends.base import LoadRequest, Progress, SttResult
 from engine.devices import Device
 from engine.errors import AudioInputError, ConfigError, DeviceError, ModelError
+from engine.hub import offline as hub_offline
 
 SAMPLE_RATE = 16000
 WINDOW_SECONDS = 30  # Whisper's fixed input window
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                  "pytorch_model.bin.index.json")
 _DTYPES = ("float32", "float16", "bfloat16")
-
-
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _resolve_model(model: str) -> tuple[str, bool]:
@@ -45,7 +41,7 @@ def _resolve_model(model: str) -> tuple[str, bool]:
         return str(path), True
     if path.is_absolute() or model.startswith((".", "~")) or model.count("/") > 1:
         raise ModelError(f"STT model folder {model} does not exist")
-    return model, _offline()
+    return model, hub_offline()
 
 
 def _torch_device(device: Device):
@@ -105,12 +101,11 @@ class TransformersWhisperStt:
 
     sample_rate = SAMPLE_RATE
 
-    def __init__(self, model, processor, name: str, language: str | None) -> None:
+    def __init__(self, model, processor, name: str) -> None:
         self._model = model
         self._processor = processor
         self._lock = threading.Lock()
         self.name = name
-        self.default_language = language
         self.multilingual = _is_multilingual(model)
         self.dtype = next(model.parameters()).dtype
         self.actual_device = str(next(model.parameters()).device)
@@ -124,20 +119,21 @@ class TransformersWhisperStt:
             raise ConfigError(f"'stt.language' = {language!r} cannot be used with STT model "
                               f"{self.name}: it is English-only (use a multilingual model)")
 
-    def transcribe(self, audio: np.ndarray, language: str | None = None) -> SttResult:
-        """Transcribe 16 kHz mono float32 ``audio``, greedily, 30 s window by window.
+    def transcribe(self, audio: np.ndarray, language: str | None = None,
+                   beam_size: int = 1) -> SttResult:
+        """Transcribe 16 kHz mono float32 ``audio`` 30 s window by window (greedy when
+        ``beam_size`` is 1).
 
-        ``language`` (None: the configured one) is forced only on multilingual models;
-        English-only models take no language token.
+        ``language`` (None: detect) is forced only on multilingual models; English-only
+        models take no language token.
         """
         import torch
 
         audio = np.ascontiguousarray(audio, dtype=np.float32)
         if audio.ndim != 1:
             raise AudioInputError(f"STT takes mono (1-D) 16 kHz audio; got shape {audio.shape}")
-        language = language or self.default_language
         self.check_language(language)
-        kwargs = {"max_new_tokens": self.max_new_tokens}
+        kwargs = {"max_new_tokens": self.max_new_tokens, "num_beams": beam_size}
         if self.multilingual:
             kwargs["task"] = "transcribe"
             if language:
@@ -164,7 +160,7 @@ class TransformersWhisperStt:
 def load(request: LoadRequest, progress: Progress) -> TransformersWhisperStt:
     """Load ``request.model`` (folder or hub id) on ``request.device`` in ``request.dtype``.
 
-    ``request.options`` is the SttConfig; its ``language`` is the default language.
+    Language and beam size are per call (``transcribe``).
     """
     from transformers import AutoProcessor, WhisperForConditionalGeneration
 
@@ -176,7 +172,7 @@ def load(request: LoadRequest, progress: Progress) -> TransformersWhisperStt:
         processor = AutoProcessor.from_pretrained(ref, local_files_only=local_only)
         model = WhisperForConditionalGeneration.from_pretrained(
             ref, dtype=dtype, local_files_only=local_only)
-    except Exception as exc:  # hub misses, unreadable or foreign files: many error types
+    except Exception as exc:  # noqa: BLE001 - hub misses, unreadable or foreign files: many types
         raise _load_error(ref, local_only, exc) from None
     if not (hasattr(processor, "feature_extractor") and hasattr(processor, "batch_decode")):
         raise ModelError(f"STT model {ref} has no Whisper processor (feature extractor and "
@@ -185,8 +181,6 @@ def load(request: LoadRequest, progress: Progress) -> TransformersWhisperStt:
         model = model.to(device).eval()
     except (RuntimeError, AssertionError) as exc:
         raise DeviceError(f"stt stage: cannot move Whisper to {device}: {exc}") from None
-    language = getattr(request.options, "language", None) or None
-    stt = TransformersWhisperStt(model, processor, ref, language)
-    stt.check_language(language)
+    stt = TransformersWhisperStt(model, processor, ref)
     progress(1.0, f"Whisper ready on {stt.actual_device} ({str(stt.dtype).removeprefix('torch.')})")
     return stt

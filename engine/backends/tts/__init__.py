@@ -23,7 +23,7 @@ def hub_file(repo_id: str, filename: str, what: str, extra: str) -> Path:
         raise MissingDependencyError(f"downloading {what}", "huggingface-hub", extra) from None
     try:
         return Path(hf_hub_download(repo_id=repo_id, filename=filename))
-    except Exception as exc:  # huggingface_hub's errors share no base class but Exception
+    except Exception as exc:  # noqa: BLE001 - huggingface_hub's errors share no other base
         raise _hub_error(repo_id, filename, what, exc) from None
 
 

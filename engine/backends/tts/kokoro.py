@@ -34,7 +34,6 @@ from pathlib import Path
 import numpy as np
 
 from engine.backends.base import LoadRequest, Progress, TtsChunk
-from engine.backends.tts.text import speakable
 from engine.devices import Device
 from engine.errors import ConfigError, DeviceError, MissingDependencyError, ModelError
 
@@ -86,23 +85,31 @@ def _voice_file(folder: Path, voice: str) -> Path:
                       f"voices: auto, {', '.join(voices)}")
 
 
-def _model_files(model: str, voice: str) -> tuple[Path, Path, Path]:
-    """config.json, checkpoint and voice file, from a local folder or the hub (cache)."""
+def _model_files(model: str) -> tuple[Path, Path]:
+    """config.json and the checkpoint, from a local folder or the hub (cache)."""
     folder = _resolve(model)
     if folder is not None:
         config = folder / "config.json"
         if not config.is_file():
             raise ModelError(f"Kokoro model folder {folder} has no config.json")
-        return config, _checkpoint(folder), _voice_file(folder, voice)
+        return config, _checkpoint(folder)
     from kokoro import KModel
 
     from engine.backends.tts import hub_file
 
     what = f"Kokoro model {model!r}"
     weights = KModel.MODEL_NAMES.get(model, "kokoro-v1_0.pth")
-    return (hub_file(model, "config.json", what, "kokoro"),
-            hub_file(model, weights, what, "kokoro"),
-            hub_file(model, f"voices/{voice}.pt", f"Kokoro voice {voice!r}", "kokoro"))
+    return hub_file(model, "config.json", what, "kokoro"), hub_file(model, weights, what, "kokoro")
+
+
+def _voice_path(model: str, voice: str) -> Path:
+    """The voice file of ``voice``, from the model's folder or the hub (cache)."""
+    folder = _resolve(model)
+    if folder is not None:
+        return _voice_file(folder, voice)
+    from engine.backends.tts import hub_file
+
+    return hub_file(model, f"voices/{voice}.pt", f"Kokoro voice {voice!r}", "kokoro")
 
 
 def _torch_device(device: Device) -> str:
@@ -180,7 +187,7 @@ def _load_voice(path: Path, style_dim: int):
 
     try:
         pack = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch.load raises pickle, zip and runtime errors alike
+    except Exception as exc:  # noqa: BLE001 - torch.load raises pickle, zip and runtime errors
         raise ModelError(f"Kokoro voice {path} cannot be read: {exc}") from None
     if not (isinstance(pack, torch.Tensor) and pack.ndim == 3
             and tuple(pack.shape[1:]) == (1, 2 * style_dim)):
@@ -190,31 +197,63 @@ def _load_voice(path: Path, style_dim: int):
     return pack.float()
 
 
+def _voice_name(voice: str) -> str:
+    """``auto`` is af_heart; only Kokoro's English voices (a*: American, b*: British)."""
+    name = DEFAULT_VOICE if voice in ("", "auto") else voice
+    if name[:1] not in _LANGUAGES:
+        raise ConfigError(f"'tts.voice' = {voice!r}: Parley speaks Kokoro's English voices "
+                          "only (names starting with a: American, b: British), e.g. af_heart")
+    return name
+
+
 class KokoroTts:
-    """A loaded Kokoro model with one voice, shared by pipeline units (locks inside)."""
+    """A loaded Kokoro model, shared by pipeline units (locks inside).
+
+    Voices are small style tensors: each is loaded on first use and kept, so the voice
+    (and the American or British G2P it needs) is chosen per call.
+    """
 
     sample_rate = SAMPLE_RATE
 
-    def __init__(self, model, pack, g2p, speed: float, name: str, voice: str) -> None:
+    def __init__(self, model, style_dim: int, name: str) -> None:
         self._model = model
-        self._pack = pack.to(model.device)
-        self._g2p = g2p
+        self._style_dim = style_dim
         self._lock = threading.Lock()
-        self.speed = speed
+        self._voices: dict[str, object] = {}  # voice name -> style pack on the model's device
+        self._g2ps: dict[bool, object] = {}  # british -> G2P
         self.name = name
-        self.voice = voice
         device = next(model.parameters()).device
         self.actual_device = (f"cuda:{device.index or 0}" if device.type == "cuda"
                               else device.type)
 
-    def _sentences(self, text: str) -> list[str]:
-        """Phonemes of each sentence of ``text`` (long sentences cut at MAX_PHONEMES)."""
-        _, tokens = self._g2p(text)
+    def check_voice(self, voice: str) -> None:
+        """ConfigError unless ``voice`` is auto or a voice of this model (loads it)."""
+        self._voice(voice)
+
+    def _voice(self, voice: str):
+        """The style pack and G2P of ``voice``, loaded on first use."""
+        name = _voice_name(voice)
+        british = _LANGUAGES[name[0]]
+        with self._lock:
+            pack = self._voices.get(name)
+        if pack is None:
+            pack = _load_voice(_voice_path(self.name, name), self._style_dim).to(self._model.device)
+            with self._lock:
+                pack = self._voices.setdefault(name, pack)
+        with G2P_LOCK:
+            g2p = self._g2ps.get(british)
+            if g2p is None:
+                g2p = self._g2ps[british] = english_g2p(british)
+        return pack, g2p
+
+    def _sentences(self, text: str, g2p, limit: int) -> list[str]:
+        """Phonemes of each sentence of ``text`` (long sentences cut at ``limit``)."""
+        _, tokens = g2p(text)
         out: list[str] = []
         group: list[str] = []
         for token in tokens:
             piece = (token.phonemes or "") + (" " if token.whitespace else "")
-            if group and len("".join(group + [piece]).strip()) > self._max_phonemes():
+            if group and len("".join(group + [piece]).strip()) > limit:
                 out.append("".join(group).strip())
                 group = []
             group.append(piece)
@@ -222,52 +261,54 @@ class KokoroTts:
                 out.append("".join(group).strip())
                 group = []
         out.append("".join(group).strip())
-        return [ps[: self._max_phonemes()] for ps in out if ps]
+        return [ps[:limit] for ps in out if ps]
 
-    def _max_phonemes(self) -> int:
-        return min(MAX_PHONEMES, int(self._pack.shape[0]))
-
-    def _speak(self, phonemes: str) -> TtsChunk | None:
+    def _speak(self, phonemes: str, pack, speed: float) -> TtsChunk | None:
         import torch
 
         if not any(ch in self._model.vocab for ch in phonemes):
             return None
-        with torch.no_grad():
-            audio = self._model(phonemes, self._pack[len(phonemes) - 1], self.speed)
+        with self._lock, torch.no_grad():
+            audio = self._model(phonemes, pack[len(phonemes) - 1], speed)
         audio = audio.detach().float().cpu().numpy().reshape(-1)
         return TtsChunk(np.ascontiguousarray(audio, dtype=np.float32), SAMPLE_RATE)
 
-    def synthesize_phonemes(self, phonemes: str,
-                            should_stop: Callable[[], bool]) -> Iterator[TtsChunk]:
+    def synthesize_phonemes(self, phonemes: str, should_stop: Callable[[], bool],
+                            voice: str = "auto", speed: float = 1.0) -> Iterator[TtsChunk]:
         """Speak a misaki phoneme string; longer than the model's context, it is cut at
         spaces into several chunks. ``should_stop`` is checked before each chunk."""
+        pack, _g2p = self._voice(voice)
+        limit = min(MAX_PHONEMES, int(pack.shape[0]))
         rest = phonemes.strip()
         while rest and not should_stop():
             piece = rest
-            if len(rest) > self._max_phonemes():
-                cut = rest.rfind(" ", 0, self._max_phonemes() + 1)
-                piece = rest[: cut if cut > 0 else self._max_phonemes()]
+            if len(rest) > limit:
+                cut = rest.rfind(" ", 0, limit + 1)
+                piece = rest[: cut if cut > 0 else limit]
             rest = rest[len(piece):].strip()
-            with self._lock:
-                chunk = self._speak(piece.strip())
+            chunk = self._speak(piece.strip(), pack, speed)
             if chunk is not None:
                 yield chunk
 
-    def synthesize(self, text: str, should_stop: Callable[[], bool]) -> Iterator[TtsChunk]:
+    def synthesize(self, text: str, should_stop: Callable[[], bool], voice: str = "auto",
+                   speed: float = 1.0) -> Iterator[TtsChunk]:
         """Speak ``text``: one float32 mono 24 kHz chunk per sentence.
 
-        ``should_stop`` is checked before each sentence is synthesised.
+        ``should_stop`` is checked before each sentence is synthesised; ``voice`` and
+        ``speed`` are this call's.
         """
-        text = speakable(text)
-        if not text or should_stop():
+        if not speed > 0:
+            raise ConfigError(f"'tts.speed' = {speed!r} must be above 0")
+        if not text.strip() or should_stop():
             return
+        pack, g2p = self._voice(voice)
+        limit = min(MAX_PHONEMES, int(pack.shape[0]))
         with G2P_LOCK:
-            sentences = self._sentences(text)
+            sentences = self._sentences(text, g2p, limit)
         for phonemes in sentences:
             if should_stop():
                 return
-            with self._lock:
-                chunk = self._speak(phonemes)
+            chunk = self._speak(phonemes, pack, speed)
             if chunk is not None:
                 yield chunk
 
@@ -280,30 +321,20 @@ class KokoroTts:
 def load(request: LoadRequest, progress: Progress) -> KokoroTts:
     """Load Kokoro ``request.model`` (hub id or folder) on cpu, cuda:N or mps.
 
-    ``request.options`` is the TtsConfig: ``voice`` (auto: af_heart; English voices
-    only, ``a*`` American, ``b*`` British) and ``speed``. Weights are float32.
+    Weights are float32. The default voice (af_heart) is loaded with the model; the
+    voice and speed of each reply are per call (``synthesize``).
     """
-    voice = str(getattr(request.options, "voice", "auto"))
-    voice = DEFAULT_VOICE if voice in ("", "auto") else voice
-    if voice[:1] not in _LANGUAGES:
-        raise ConfigError(f"'tts.voice' = {voice!r}: Parley speaks Kokoro's English voices "
-                          "only (names starting with a: American, b: British), e.g. af_heart")
     if request.dtype not in ("auto", "float32"):
         raise ConfigError(f"'tts.dtype' = {request.dtype!r}: Kokoro runs in float32 here; "
                           "use auto or float32")
-    speed = float(getattr(request.options, "speed", 1.0))
-    if not speed > 0:
-        raise ConfigError(f"'tts.speed' = {speed!r} must be above 0")
     torch_device = _torch_device(request.device)
     _require_spacy_model()  # before any download: without G2P the weights are no use
     progress(None, f"loading Kokoro {request.model} on {request.device}")
-    config_path, weights, voice_path = _model_files(request.model, voice)
-    with G2P_LOCK:
-        g2p = english_g2p(_LANGUAGES[voice[0]])
+    config_path, weights = _model_files(request.model)
     model, style_dim = _load_model(request.model, config_path, weights, torch_device)
-    pack = _load_voice(voice_path, style_dim)
-    tts = KokoroTts(model, pack, g2p, speed, request.model, voice)
-    progress(1.0, f"Kokoro ({voice}) ready on {tts.actual_device}")
+    tts = KokoroTts(model, style_dim, request.model)
+    tts.check_voice(DEFAULT_VOICE)
+    progress(1.0, f"Kokoro ready on {tts.actual_device}")
     return tts
 
 
@@ -320,7 +351,7 @@ def _load_model(name: str, config_path: Path, weights: Path, torch_device: str):
         model = KModel(repo_id=name, config=config, model=str(weights))
     except KeyError as exc:
         raise ModelError(f"Kokoro config {config_path} lacks the key {exc}") from None
-    except Exception as exc:  # torch.load / load_state_dict: pickle, size-mismatch errors
+    except Exception as exc:  # noqa: BLE001 - torch.load / load_state_dict: pickle, size errors
         raise ModelError(f"Kokoro checkpoint {weights} does not fit {config_path}: "
                          f"{type(exc).__name__}: {exc}") from None
     try:

@@ -23,7 +23,6 @@ from pathlib import Path
 import numpy as np
 
 from engine.backends.base import LoadRequest, Progress, TtsChunk
-from engine.backends.tts.text import speakable
 from engine.backends.onnx_device import onnx_actual_device, onnx_providers
 from engine.devices import Device
 from engine.errors import ConfigError, DeviceError, ModelError
@@ -121,28 +120,34 @@ def _speaker_id(config, voice: str, name: str) -> int | None:
 class PiperTts:
     """A loaded Piper voice, shared by every pipeline unit (thread-safe, see module doc)."""
 
-    def __init__(self, voice, name: str, speed: float, speaker_id: int | None) -> None:
-        from piper.config import SynthesisConfig
-
+    def __init__(self, voice, name: str) -> None:
         self._voice = voice
         self.name = name
         self.sample_rate = int(voice.config.sample_rate)
         self.actual_device = onnx_actual_device(voice.session)
-        # The voice's own length_scale is its natural pace; speed scales from there.
-        self._syn_config = SynthesisConfig(
-            speaker_id=speaker_id, length_scale=voice.config.length_scale / speed)
 
-    def synthesize(self, text: str, should_stop: Callable[[], bool]) -> Iterator[TtsChunk]:
+    def check_voice(self, voice: str) -> None:
+        """ConfigError unless ``voice`` is ``auto`` or a speaker of this voice."""
+        _speaker_id(self._voice.config, voice, self.name)
+
+    def synthesize(self, text: str, should_stop: Callable[[], bool], voice: str = "auto",
+                   speed: float = 1.0) -> Iterator[TtsChunk]:
         """Speak ``text``: one float32 mono chunk per sentence, made when it is asked for.
 
-        ``should_stop`` is checked before each sentence is synthesised. Markup that
-        should not be read aloud is dropped first (``speakable``); nothing to say
-        yields nothing.
+        ``should_stop`` is checked before each sentence is synthesised. ``voice`` picks a
+        speaker of a multi-speaker voice (auto: its default); ``speed`` scales the rate.
+        Empty text yields nothing.
         """
-        text = speakable(text)
-        if not text:
+        from piper.config import SynthesisConfig
+
+        if not text.strip():
             return
-        sentences = self._voice.synthesize(text, self._syn_config)  # a generator
+        if not speed > 0:
+            raise ConfigError(f"'tts.speed' = {speed!r} must be above 0")
+        # The voice's own length_scale is its natural pace; speed scales from there.
+        config = SynthesisConfig(speaker_id=_speaker_id(self._voice.config, voice, self.name),
+                                 length_scale=self._voice.config.length_scale / speed)
+        sentences = self._voice.synthesize(text, config)  # a generator
         try:
             while not should_stop():
                 chunk = next(sentences, None)
@@ -164,9 +169,8 @@ def load(request: LoadRequest, progress: Progress) -> PiperTts:
     """Load the Piper voice ``request.model`` on cpu or cuda:N.
 
     ``request.model`` is a ``.onnx`` path (its config is the same path + ``.json``) or a
-    hub reference ``owner/repo:path/voice.onnx``. Piper voices are float32 only.
-    ``request.options`` is the TtsConfig: ``voice`` picks a speaker of a multi-speaker
-    voice (auto: the voice's default) and ``speed`` scales the speaking rate.
+    hub reference ``owner/repo:path/voice.onnx``. Piper voices are float32 only. The
+    speaker and speed are per call (``synthesize``).
     """
     import onnxruntime
 
@@ -178,10 +182,6 @@ def load(request: LoadRequest, progress: Progress) -> PiperTts:
     onnx_path, config_path = _voice_files(request.model)
     config = _read_config(config_path)
     name = onnx_path.name.removesuffix(".onnx")
-    speaker = _speaker_id(config, str(getattr(request.options, "voice", "auto")), name)
-    speed = float(getattr(request.options, "speed", 1.0))
-    if not speed > 0:
-        raise ConfigError(f"'tts.speed' = {speed!r} must be above 0")
     progress(None, f"loading Piper voice {name} on {device}")
 
     options = onnxruntime.SessionOptions()
@@ -193,7 +193,7 @@ def load(request: LoadRequest, progress: Progress) -> PiperTts:
     try:
         session = onnxruntime.InferenceSession(str(onnx_path), sess_options=options,
                                                providers=providers)
-    except Exception as exc:  # onnxruntime's InvalidProtobuf, Fail... derive from Exception
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's InvalidProtobuf, Fail... are untyped
         raise ModelError(f"onnxruntime cannot load Piper voice {onnx_path} on {device}: "
                          f"{exc}") from None
     if device.kind == "cuda" and session.get_providers()[0] != "CUDAExecutionProvider":
@@ -203,6 +203,6 @@ def load(request: LoadRequest, progress: Progress) -> PiperTts:
 
     from piper.voice import PiperVoice
 
-    tts = PiperTts(PiperVoice(session=session, config=config), name, speed, speaker)
+    tts = PiperTts(PiperVoice(session=session, config=config), name)
     progress(1.0, f"Piper voice {name} ready on {tts.actual_device}")
     return tts

@@ -114,7 +114,7 @@ def load(request: LoadRequest, progress: Progress) -> SileroVad:
     providers = _providers(request.device, ort.get_available_providers())
     try:
         session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
-    except Exception as exc:  # onnxruntime raises its own untyped errors
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors
         raise ModelError(f"cannot load Silero VAD from {path}: {exc}") from None
     model = SileroVad(session, path)
     if request.device.kind == "cuda" and not model.actual_device.startswith("cuda"):
