@@ -10,9 +10,8 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Signal
 
-from engine.events import (EngineError, Event, FinalTranscript, LoadProgress,
-                           PartialTranscript, ReplyText, TurnCancelled, TurnFinished,
-                           UserSpeaking)
+from engine.events import (EngineError, Event, FinalTranscript, PartialTranscript, ReplyText,
+                           TurnCancelled, TurnFinished, UserSpeaking)
 
 
 class EventBridge(QObject):
@@ -25,7 +24,6 @@ class EventBridge(QObject):
     turn_cancelled = Signal(int, int, str)  # unit, turn_id, reason
     turn_finished = Signal(object)  # TurnRecord
     engine_error = Signal(str, str)  # stage, message
-    load_progress = Signal(str, object, str)  # stage, fraction or None, text
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -71,5 +69,5 @@ class EventBridge(QObject):
             self.turn_finished.emit(event.record)
         elif isinstance(event, EngineError):
             self.engine_error.emit(event.stage, event.message)
-        elif isinstance(event, LoadProgress):
-            self.load_progress.emit(event.stage, event.fraction, event.text)
+        # LoadProgress is not re-emitted: the controller reports loading itself, through
+        # the progress callback of Engine.load and Engine.apply.

@@ -14,16 +14,17 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QGridLayout, QWidget
 
 from app import theme
+from engine.metrics import Figure, Mark
 
 pg.setConfigOptions(antialias=True, background=theme.SURFACE, foreground=theme.MUTED)
 
 #: The critical path of a turn, as (key, legend, the mark that ends the segment).
 SEGMENTS = (
-    ("wait", "turn-taking wait", ("committed", "vad_end")),
-    ("stt", "STT", ("stt_done",)),
-    ("llm", "LLM to first clause", ("tts_first_text",)),
-    ("tts", "TTS first audio", ("tts_first_audio",)),
-    ("output", "to the speaker", ("audio_out_first",)),
+    ("wait", "turn-taking wait", (Mark.COMMITTED, Mark.VAD_END)),
+    ("stt", "STT", (Mark.STT_DONE,)),
+    ("llm", "LLM to first clause", (Mark.TTS_FIRST_TEXT,)),
+    ("tts", "TTS first audio", (Mark.TTS_FIRST_AUDIO,)),
+    ("output", "to the speaker", (Mark.AUDIO_OUT_FIRST,)),
 )
 TARGET_S = 0.8  # the design's voice-to-voice budget
 BAR_TURNS = 12  # turns shown in the latency bars
@@ -36,7 +37,7 @@ def turn_segments(record) -> list[float] | None:
     voice-to-voice latency; None for a turn without one (cancelled, no reply heard)."""
     if record.voice_to_voice is None:
         return None
-    zero = record.marks["speech_end"]
+    zero = record.marks[Mark.SPEECH_END]
     cursor = zero
     out = []
     for _key, _label, marks in SEGMENTS:
@@ -91,7 +92,7 @@ class LatencyBars(pg.PlotWidget):
         self.setMouseEnabled(x=False, y=False)
         self.setMinimumHeight(170)
         self.bars: dict[str, pg.BarGraphItem] = {}
-        for key, label, _marks in SEGMENTS:
+        for key, _label, _marks in SEGMENTS:
             color = theme.STAGE_COLORS[key]
             bar = pg.BarGraphItem(x=[], height=[], y0=[], width=0.6, brush=color, pen=pg.mkPen(None))
             self.addItem(bar)
@@ -99,7 +100,8 @@ class LatencyBars(pg.PlotWidget):
         target = pg.InfiniteLine(TARGET_S * 1000, angle=0,
                                  pen=pg.mkPen(theme.BAD, width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
                                  label=f"target {TARGET_S:.1f} s",
-                                 labelOpts={"position": 0.97, "color": theme.BAD, "anchors": [(1, 1), (1, 1)]})
+                                 labelOpts={"position": 0.97, "color": theme.BAD,
+                                            "anchors": [(1, 1), (1, 1)]})
         self.addItem(target)
         self.numbers: list[int] = []  # the turns drawn, numbered across engines
         self.totals_ms: list[float] = []
@@ -250,13 +252,13 @@ class GraphsPanel(QWidget):
                 plot.setXRange(max(0.0, now - HISTORY_S), max(now, 30.0), padding=0.02)
         peak = max((v for name in self.memory.series for v in self.memory.arrays(name)[1]), default=0.0)
         self.memory_plot.setYRange(0, max(peak * 1.2, 64), padding=0)
-        rates = [(n, t.llm_tokens_per_s) for n, t in finished if t.llm_tokens_per_s]
+        rates = [(n, rate) for n, t in finished if (rate := t.value(Figure.LLM_TOKENS_PER_S))]
         self._curve(self.tokens_plot, "tokens/s", theme.STAGE_COLORS["llm"], symbol=True).setData(
             [r[0] for r in rates], [r[1] for r in rates])
         self.tokens_plot.setYRange(0, max([40.0, *(r[1] * 1.25 for r in rates)]), padding=0)
         top = 1.2
-        for name, attr in (("STT", "stt_rtf"), ("TTS", "tts_rtf")):
-            rows = [(n, getattr(t, attr)) for n, t in finished if getattr(t, attr) is not None]
+        for name, figure in (("STT", Figure.STT_RTF), ("TTS", Figure.TTS_RTF)):
+            rows = [(n, value) for n, t in finished if (value := t.value(figure)) is not None]
             top = max([top, *(r[1] * 1.2 for r in rows)])
             self._curve(self.rtf_plot, name, theme.STAGE_COLORS[name.lower()], symbol=True).setData(
                 [r[0] for r in rows], [r[1] for r in rows])

@@ -15,7 +15,8 @@ import sys
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``parley``."""
-    parser = argparse.ArgumentParser(prog="parley", description="Parley, a voice assistant on your own hardware")
+    parser = argparse.ArgumentParser(prog="parley",
+                                     description="Parley, a voice assistant on your own hardware")
     parser.add_argument("--config", metavar="FILE", help="start with this TOML engine config")
     parser.add_argument("--settings", metavar="INI",
                         help="keep the app's settings in this INI file instead of the user's")

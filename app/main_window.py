@@ -2,8 +2,9 @@
 meters and graphs, settings, the status line and the error banner.
 
 The GUI thread never waits on the engine: engine work goes through EngineController (a
-background worker); the window only polls ``snapshot()`` from a 10 Hz timer and receives
-events as queued signals from the EventBridge.
+background worker), engine events arrive as queued signals from the EventBridge, and the
+10 Hz timer draws the latest snapshot that the controller's SnapshotPoller took on its
+own thread (reading it never calls into the engine).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from PySide6.QtWidgets import (QApplication, QCheckBox, QFileDialog, QFrame, QHB
                                QWidget)
 
 from app.bridge import EventBridge
-from app.controller import EngineController
+from app.controller import TRANSITIONS, ControllerMode, ControllerState, EngineController
 from app.conversation_view import ConversationView
 from app.graphs import GraphsPanel
 from app.meters import LevelMeter, MetersPanel
@@ -41,6 +42,9 @@ class MainWindow(QMainWindow):
         self.controller = EngineController(config, self.bridge, self)
         self._filtering = False  # the push-to-talk key filter is installed
         self._save_on_load = False  # the next loaded config came from Apply
+        self._drawn = None  # the snapshot last recorded by the graphs
+        self._metered = None  # the snapshot last shown by the meters
+        self._shown_placements: tuple = ((), ())  # (placements, notes) in the status line
         self._build(config)
         self._connect()
         self._timer = QTimer(self)
@@ -202,6 +206,8 @@ class MainWindow(QMainWindow):
         b.engine_error.connect(lambda stage, msg: self.banner.show_message(f"{stage} stage: {msg}"))
         c.state_changed.connect(self._state_changed)
         c.load_started.connect(self._load_started)
+        c.apply_started.connect(self._apply_started)
+        c.applied.connect(self._applied)
         c.load_progress.connect(self._load_progress)
         c.engine_changed.connect(self._engine_changed)
         c.apply_failed.connect(self._apply_failed)
@@ -228,7 +234,7 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------ controls
     def toggle_listening(self) -> None:
         """Listen when idle, stop when listening."""
-        if self.controller.mode is not None:
+        if self.controller.mode is not ControllerMode.IDLE:
             self.controller.stop_listening()
         else:
             self.controller.start_listening()
@@ -239,15 +245,17 @@ class MainWindow(QMainWindow):
         if path:
             self.controller.start_recording(path)
 
-    def _state_changed(self, state: str) -> None:
+    def _state_changed(self, state: ControllerState) -> None:
         self.pill.set_state(state)
-        running = self.controller.mode is not None or state == "listening"
-        busy = state in ("starting", "stopping")
+        c = self.controller
+        running = c.mode is not ControllerMode.IDLE or state is ControllerState.LISTENING
+        busy = state in TRANSITIONS
         self.listen_button.setText("Stop" if running else "Listen")
         self.listen_button.setProperty("listening", running)
         self.listen_button.style().unpolish(self.listen_button)
         self.listen_button.style().polish(self.listen_button)
-        self.listen_button.setEnabled(self.controller.engine is not None and not busy)
+        # While a new engine is built, the current one is about to be replaced.
+        self.listen_button.setEnabled(c.engine is not None and not busy and not c.building)
         self.listen_action.setEnabled(self.listen_button.isEnabled())
         self.interrupt_button.setEnabled(running and not busy)
 
@@ -288,8 +296,11 @@ class MainWindow(QMainWindow):
         return super().eventFilter(obj, event)
 
     # ------------------------------------------------------------------ loading
+    def _apply_started(self, _diff) -> None:
+        self.panel.set_busy(True, "Applying…")
+
     def _load_started(self, _config) -> None:
-        self.panel.set_busy(True)
+        self.panel.set_busy(True, "Loading…")
         self.load_bar.setValue(0)
         self.load_label.setText("Loading models…")
         self.load_row.show()
@@ -305,22 +316,44 @@ class MainWindow(QMainWindow):
         self.panel.set_busy(False)
         self.panel.set_config(self.controller.config)
         self.panel.show_message("Settings applied; models are loaded.", "ok")
-        snap = self.controller.snapshot()
+        snap = self.controller.snapshot()  # taken by the load job, off this thread
         if snap is not None:
-            from app.first_run import hub_downloads, offline_notice
-
-            self.stage_status.show_placements(snap.placements, snap.notes)
-            notice = offline_notice(snap.placements)
-            self.stage_status.stack.setToolTip("\n\n".join(x for x in (notice, *snap.notes) if x))
-            self._downloads = hub_downloads(engine.placements.values())
-            self.models_button.setVisible(bool(self._downloads))
-            self.models_button.setToolTip(notice or "")
+            self._show_placements(snap)
         self.graphs.new_engine()
         self.conversation.new_engine()
+        self._drawn = self._metered = None
         if self._save_on_load:
             self._save_on_load = False
             save_config(self.settings, self.controller.config)
         self._state_changed(self.controller.state)
+
+    def _applied(self, diff) -> None:
+        """Apply changed the running engine in place: the conversation goes on."""
+        self.load_row.hide()
+        self.panel.set_busy(False)
+        self.panel.set_config(self.controller.config)
+        summary = diff.summary()
+        self.panel.show_message(f"{summary[:1].upper()}{summary[1:]}.", "ok")
+        snap = self.controller.snapshot()  # taken by the Apply job, after the change
+        if snap is not None:
+            self._show_placements(snap)
+        if self._save_on_load:
+            self._save_on_load = False
+            save_config(self.settings, self.controller.config)
+        self._state_changed(self.controller.state)
+
+    def _show_placements(self, snap) -> None:
+        """The status line: the model and device of every stage, and what is bundled."""
+        from app.first_run import hub_downloads, offline_notice
+
+        self._shown_placements = (snap.placements, snap.notes)
+        self.stage_status.show_placements(snap.placements, snap.notes)
+        notice = offline_notice(snap.placements)
+        self.stage_status.stack.setToolTip("\n\n".join(x for x in (notice, *snap.notes) if x))
+        engine = self.controller.engine
+        self._downloads = hub_downloads(engine.placements.values()) if engine is not None else []
+        self.models_button.setVisible(bool(self._downloads))
+        self.models_button.setToolTip(notice or "")
 
     def _apply(self, config: EngineConfig) -> None:
         # Saved once it loads: invalid settings change nothing, on disk neither. A config
@@ -339,7 +372,7 @@ class MainWindow(QMainWindow):
 
     def _reload_after_download(self) -> None:
         self.banner.show_message("The models were downloaded; loading them now.", "info")
-        self.controller.apply(self.controller.config)  # auto now finds them in the cache
+        self.controller.rebuild()  # auto now finds them in the cache
 
     def _apply_failed(self, message: str) -> None:
         self._save_on_load = False
@@ -349,9 +382,10 @@ class MainWindow(QMainWindow):
         if self.controller.engine is None:
             self.banner.show_message(f"The models could not be loaded: {message} "
                                      "Change them on the Settings tab.")
+        self._state_changed(self.controller.state)
 
     def _audio_switched(self, kind: str, device: str) -> None:
-        self.panel.config = self.controller.config
+        self.panel.set_applied(self.controller.config)  # unapplied edits stay
         save_config(self.settings, self.controller.config)
         self.panel.show_message(f"{'Microphone' if kind == 'input' else 'Speaker'} is now {device}.", "ok")
 
@@ -362,17 +396,27 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ polling
     def tick(self) -> None:
-        """The 10 Hz poll: one snapshot feeds the visible meters and graphs."""
-        self.controller.poll()
-        snap = self.controller.snapshot()
+        """The 10 Hz poll: the poller's latest snapshot feeds the visible meters and graphs.
+
+        Reading it costs nothing (the poller took it on its own thread); a snapshot is
+        recorded once, and hidden panels are not drawn.
+        """
+        c = self.controller
+        c.poll()
+        snap = c.snapshot()
         if snap is None:
             return
-        self.level.set_level(snap.input_level, self.controller.mode is not None,
-                             self.controller.mic_passing)
-        self.graphs.update_snapshot(snap)
+        self.level.set_level(snap.input_level, c.mode is not ControllerMode.IDLE, c.mic_passing)
+        if snap is not self._drawn:
+            self._drawn = snap
+            self.graphs.update_snapshot(snap)
+            if (snap.placements, snap.notes) != self._shown_placements:
+                self._show_placements(snap)  # an Apply reloaded a model
         current = self.tabs.currentWidget()
         if current is self.conversation_page:
-            self.meters.update_snapshot(snap)
+            if snap is not self._metered:
+                self._metered = snap
+                self.meters.update_snapshot(snap)
         elif current is self.graphs_page:
             self.graphs.redraw()
 

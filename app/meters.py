@@ -13,6 +13,7 @@ from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QGridLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
 
 from app import theme
+from engine.metrics import Figure, Unit
 
 
 def fmt_bytes(n: int | float | None) -> str:
@@ -74,7 +75,8 @@ class BarMeter(QWidget):
             light = QColor(self.color)
             light.setAlpha(70)
             p.setBrush(light)
-            p.drawRoundedRect(QRectF(r.x(), r.y(), r.width() * min(self.secondary, 1.0), r.height()), radius, radius)
+            p.drawRoundedRect(QRectF(r.x(), r.y(), r.width() * min(self.secondary, 1.0), r.height()),
+                              radius, radius)
         if self.value > 0:
             p.setBrush(self.color)
             p.drawRoundedRect(QRectF(r.x(), r.y(), max(r.height(), r.width() * self.value), r.height()),
@@ -188,11 +190,11 @@ class MemoryMeter(QGroupBox):
         """Show a tuple of MemoryReading."""
         self.readings = {r.device: r for r in readings}
         self._empty.setVisible(not readings)
-        for i, reading in enumerate(readings):
+        for reading in readings:
             row = self._rows.get(reading.device)
             if row is None:
                 row = self._add_row(reading.device, len(self._rows))
-            name, bar, value, detail = row
+            _name, bar, value, detail = row
             used, secondary, summary, extra = _memory_text(reading)
             bar.set_value(used, secondary)
             value.setText(summary)
@@ -238,8 +240,9 @@ def _memory_text(r) -> tuple[float, float | None, str, str]:
     if r.device == "mlx":
         peak = extra.get("peak") or 0
         frac = r.used_bytes / peak if peak else 0.0
-        return frac, None, fmt_bytes(r.used_bytes), \
-            f"active (bar: share of peak)  ·  peak {fmt_bytes(peak)}  ·  cache {fmt_bytes(extra.get('cache'))}"
+        return frac, None, fmt_bytes(r.used_bytes), (
+            f"active (bar: share of peak)  ·  peak {fmt_bytes(peak)}  ·  "
+            f"cache {fmt_bytes(extra.get('cache'))}")
     frac = r.used_bytes / r.total_bytes if r.total_bytes else 0.0
     return frac, None, fmt_bytes(r.used_bytes), f"of {fmt_bytes(r.total_bytes)}"
 
@@ -288,10 +291,11 @@ class QueueMeter(QGroupBox):
 class LastTurnMeter(QGroupBox):
     """The figures of the latest finished turn: where its voice-to-voice time went."""
 
-    ROWS = (("voice_to_voice", "Voice-to-voice"), ("silence_wait", "Turn-taking wait"),
-            ("stt_compute_s", "STT compute"), ("llm_first_chunk_compute_s", "LLM to first clause"),
-            ("tts_first_compute_s", "TTS first chunk"), ("llm_tokens_per_s", "LLM decode"),
-            ("stt_rtf", "STT real-time factor"), ("tts_rtf", "TTS real-time factor"))
+    ROWS = ((Figure.VOICE_TO_VOICE_S, "Voice-to-voice"), (Figure.SILENCE_WAIT_S, "Turn-taking wait"),
+            (Figure.STT_COMPUTE_S, "STT compute"),
+            (Figure.LLM_FIRST_CHUNK_COMPUTE_S, "LLM to first clause"),
+            (Figure.TTS_FIRST_COMPUTE_S, "TTS first chunk"), (Figure.LLM_TOKENS_PER_S, "LLM decode"),
+            (Figure.STT_RTF, "STT real-time factor"), (Figure.TTS_RTF, "TTS real-time factor"))
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Last turn", parent)
@@ -299,7 +303,7 @@ class LastTurnMeter(QGroupBox):
         grid.setContentsMargins(12, 8, 12, 10)
         grid.setVerticalSpacing(3)
         grid.setColumnStretch(0, 1)
-        self.values: dict[str, QLabel] = {}
+        self.values: dict[Figure, QLabel] = {}
         for i, (key, text) in enumerate(self.ROWS):
             label = QLabel(text)
             label.setObjectName("meterDetail")
@@ -319,12 +323,13 @@ class LastTurnMeter(QGroupBox):
         t = self.record = done[-1]
         self.setTitle(f"Last turn (#{t.turn_id})")
         for key, label in self.values.items():
-            value = getattr(t, key)
+            value = t.value(key)
             if value is None:
                 label.setText("—")
-            elif key == "llm_tokens_per_s":
-                label.setText(f"{value:.1f} tokens/s  ({t.llm_tokens} tokens)")
-            elif key.endswith("rtf"):
+            elif key is Figure.LLM_TOKENS_PER_S:
+                tokens = t.value(Figure.LLM_TOKENS) or 0
+                label.setText(f"{value:.1f} tokens/s  ({tokens:.0f} tokens)")
+            elif key.unit is Unit.RATIO:
                 label.setText(f"{value:.2f}")
             else:
                 label.setText(fmt_ms(value))

@@ -4,19 +4,22 @@ and speaker; progressive transcription; every other EngineConfig field under Adv
 Device dropdowns list exactly what discovery reports; a device that is not present, or
 that the chosen backend cannot use, is disabled with a tooltip saying why. Apply emits the
 new EngineConfig (built through ``with_overrides``, so it is validated like any config);
-a ConfigError shows as a message and nothing changes.
+a ConfigError shows as a message and nothing changes. Above the buttons, the panel says
+for every edit not yet applied what applying it will do ("applies now", "reloads the STT
+model"), as ``engine.config_diff`` decides it.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QFormLayout, QGridLayout, QGroupBox,
-                               QHBoxLayout, QLabel, QPushButton, QScrollArea, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGridLayout,
+                               QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton,
+                               QScrollArea, QSpinBox, QVBoxLayout, QWidget)
 
 from app.settings_fields import editor_value, field_label, make_editor, set_editor_value
 from engine.backends import BackendRegistry
 from engine.config import STAGES, EngineConfig, config_fields
+from engine.config_diff import ConfigDiff, diff_configs
 from engine.errors import ConfigError
 
 AUTO = "auto"
@@ -55,6 +58,7 @@ class SettingsPanel(QWidget):
         self.model: dict[str, QComboBox] = {}
         self.device: dict[str, QComboBox] = {}
         self.fields: dict[str, QWidget] = {}
+        self._filling = False  # set_config is filling the widgets: no pending-change updates
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         columns = QHBoxLayout()
@@ -69,6 +73,8 @@ class SettingsPanel(QWidget):
         columns.addWidget(self._advanced_group(), 9)
         outer.addLayout(columns, 1)
         outer.addLayout(self._buttons())
+        for editor in self._editors():
+            _on_edit(editor, self._update_pending)
         self.set_config(config)
 
     # ------------------------------------------------------------------ building
@@ -200,9 +206,18 @@ class SettingsPanel(QWidget):
         layout.addWidget(scroll)
         return box
 
-    def _buttons(self) -> QHBoxLayout:
+    def _buttons(self) -> QVBoxLayout:
+        column = QVBoxLayout()
+        column.setContentsMargins(0, 10, 0, 0)
+        column.setSpacing(4)
+        self.pending = QLabel("")
+        self.pending.setObjectName("hint")
+        self.pending.setWordWrap(True)
+        self.pending.setToolTip("What Apply will do with the settings changed here")
+        self.pending.hide()
+        column.addWidget(self.pending)
         row = QHBoxLayout()
-        row.setContentsMargins(0, 10, 0, 0)
+        row.setContentsMargins(0, 0, 0, 0)
         self.message = QLabel("")
         self.message.setObjectName("panelMessage")
         self.message.setWordWrap(True)
@@ -217,7 +232,14 @@ class SettingsPanel(QWidget):
         row.addWidget(self.message, 1)
         for b in (self.defaults_button, self.revert_button, self.apply_button):
             row.addWidget(b)
-        return row
+        column.addLayout(row)
+        return column
+
+    def _editors(self) -> list[QWidget]:
+        """Every widget whose value is part of ``overrides``."""
+        return [self.global_device, self.live, self.barge_in, self.input_device, self.output_device,
+                *self.backend.values(), *self.model.values(), *self.device.values(),
+                *self.fields.values()]
 
     # ------------------------------------------------------------------ devices
     def set_devices(self, devices) -> None:
@@ -226,6 +248,7 @@ class SettingsPanel(QWidget):
         self._fill_device_combo(self.global_device, None, self.config.device)
         for stage in STAGES:
             self._fill_device_combo(self.device[stage], stage, getattr(self.config, stage).device)
+        self._update_pending()
 
     def _supported_kinds(self, stage: str) -> tuple[set[str], str]:
         """Device kinds the stage's chosen backend runs on, and a phrase naming it."""
@@ -264,6 +287,7 @@ class SettingsPanel(QWidget):
     def _backend_changed(self, stage: str) -> None:
         self._fill_models(stage, self.model[stage].currentText() or AUTO)
         self._fill_device_combo(self.device[stage], stage, getattr(self.config, stage).device)
+        self._update_pending()
 
     def _fill_models(self, stage: str, current: str) -> None:
         combo = self.model[stage]
@@ -291,6 +315,7 @@ class SettingsPanel(QWidget):
         self.inputs, self.outputs = list(inputs), list(outputs)
         self.set_audio_device("input", self.config.audio.input_device)
         self.set_audio_device("output", self.config.audio.output_device)
+        self._update_pending()
 
     def set_audio_device(self, kind: str, device: str) -> None:
         """Show ``device`` in the ``kind`` dropdown without emitting a change."""
@@ -321,7 +346,20 @@ class SettingsPanel(QWidget):
         self.config = config
         self._fill(config)
 
+    def set_applied(self, config: EngineConfig) -> None:
+        """``config`` is now the applied one (a device switch); edits not applied stay."""
+        self.config = config
+        self._update_pending()
+
     def _fill(self, config: EngineConfig) -> None:
+        self._filling = True
+        try:
+            self._fill_widgets(config)
+        finally:
+            self._filling = False
+        self._update_pending()
+
+    def _fill_widgets(self, config: EngineConfig) -> None:
         for stage in STAGES:
             section = getattr(config, stage)
             combo = self.backend[stage]
@@ -377,10 +415,30 @@ class SettingsPanel(QWidget):
         self.show_message("Applying…", "info")
         self.apply_requested.emit(config)
 
-    def set_busy(self, busy: bool) -> None:
-        """While models load, Apply waits."""
+    def pending_changes(self) -> ConfigDiff | None:
+        """What Apply would change now, or None while a value is not valid."""
+        try:
+            return diff_configs(self.config, self.config_from_widgets())
+        except ConfigError:
+            return None
+
+    def _update_pending(self) -> None:
+        """Say, per edit not yet applied, what applying it will do."""
+        if self._filling:
+            return
+        try:
+            diff = diff_configs(self.config, self.config_from_widgets())
+        except ConfigError as exc:
+            self.pending.setText(f"Cannot apply: {exc}")
+            self.pending.show()
+            return
+        self.pending.setText(" · ".join(f"{c.key}: {c.description}" for c in diff.changes))
+        self.pending.setVisible(not diff.empty)
+
+    def set_busy(self, busy: bool, text: str = "Loading…") -> None:
+        """While an Apply runs (``text`` says what it does), Apply waits."""
         self.apply_button.setEnabled(not busy)
-        self.apply_button.setText("Loading…" if busy else "Apply")
+        self.apply_button.setText(text if busy else "Apply")
 
     def show_message(self, text: str, level: str = "info") -> None:
         """A line next to the buttons: ``error``, ``info`` or ``ok``."""
@@ -388,3 +446,17 @@ class SettingsPanel(QWidget):
         self.message.setText(text)
         self.message.style().unpolish(self.message)
         self.message.style().polish(self.message)
+
+
+def _on_edit(editor: QWidget, slot) -> None:
+    """Call ``slot()`` whenever the user (or code) changes ``editor``'s value."""
+    if isinstance(editor, QComboBox):
+        editor.currentIndexChanged.connect(lambda *_: slot())
+        if editor.isEditable():
+            editor.editTextChanged.connect(lambda *_: slot())
+    elif isinstance(editor, QCheckBox):
+        editor.toggled.connect(lambda *_: slot())
+    elif isinstance(editor, (QSpinBox, QDoubleSpinBox)):
+        editor.valueChanged.connect(lambda *_: slot())
+    elif isinstance(editor, QLineEdit):
+        editor.textChanged.connect(lambda *_: slot())

@@ -9,9 +9,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
 
 from app import theme
-
-STATE_TEXT = {"not loaded": "Not loaded", "loading": "Loading models", "ready": "Ready",
-              "starting": "Starting…", "listening": "Listening", "stopping": "Stopping…"}
+from app.controller import ControllerState
 
 
 _GENERIC = {"model", "models", "weights", "checkpoint", "snapshot"}
@@ -111,12 +109,13 @@ class StatePill(QLabel):
         super().__init__(parent)
         self.setObjectName("statePill")
         self.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.set_state("not loaded")
+        self.set_state(ControllerState.NOT_LOADED)
 
-    def set_state(self, state: str) -> None:
-        """One of the controller's STATES."""
-        self.setText(STATE_TEXT.get(state, state))
-        self.setProperty("state", state.replace(" ", "-"))
+    def set_state(self, state: ControllerState) -> None:
+        """Show the controller's state; the stylesheet colours it by ``state``'s value."""
+        state = ControllerState(state)
+        self.setText(state.label)
+        self.setProperty("state", state.value.replace(" ", "-"))
         self.style().unpolish(self)
         self.style().polish(self)
 

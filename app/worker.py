@@ -1,12 +1,15 @@
-"""Worker: engine work (discovery, construction, loading, start, stop) off the GUI thread.
+"""Worker: engine work (discovery, construction, loading, Apply, start, stop) off the GUI thread.
 
 Jobs run one at a time, in order, on one background thread, so an Apply queued behind a
 load never races it. Each job's outcome comes back to the GUI thread as a queued signal
-and is handed to the job's ``done`` or ``failed`` callback there.
+and is handed to the job's ``done`` or ``failed`` callback there. A job only returns
+values: whatever it produced is assigned to GUI-owned state by its ``done`` callback, on
+the GUI thread, never by the job itself.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import queue
 import threading
@@ -21,9 +24,27 @@ from engine.errors import ParleyError
 log = logging.getLogger("parley.app.worker")
 
 
+class JobKind(enum.Enum):
+    """What a background job does; the value words it for messages ("while loading models")."""
+
+    DISCOVER = "discovering devices"
+    LOAD = "loading models"
+    APPLY = "applying settings"
+    SWITCH_ENGINE = "switching to the new engine"
+    START = "starting the pipeline"
+    STOP = "stopping the pipeline"
+    SWITCH_INPUT = "switching the input device"
+    SWITCH_OUTPUT = "switching the output device"
+
+    @property
+    def label(self) -> str:
+        """The job in words."""
+        return self.value
+
+
 @dataclass
 class _Job:
-    label: str
+    kind: JobKind
     fn: Callable[[], Any]
     done: Callable[[Any], None] | None
     failed: Callable[[str], None] | None
@@ -39,7 +60,7 @@ class Worker(QObject):
         super().__init__(parent)
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self._pending = 0
-        self._current: str | None = None
+        self._current: JobKind | None = None
         self._free = threading.Event()  # set while the thread runs no job
         self._free.set()
         self._closed = False
@@ -53,11 +74,11 @@ class Worker(QObject):
         return self._pending > 0
 
     @property
-    def current(self) -> str | None:
-        """The label of the job running now, if any."""
+    def current(self) -> JobKind | None:
+        """The kind of the job running now, if any."""
         return self._current
 
-    def submit(self, label: str, fn: Callable[[], Any], done: Callable[[Any], None] | None = None,
+    def submit(self, kind: JobKind, fn: Callable[[], Any], done: Callable[[Any], None] | None = None,
                failed: Callable[[str], None] | None = None) -> None:
         """Run ``fn()`` in the background; then ``done(value)`` or ``failed(message)`` here.
 
@@ -69,7 +90,7 @@ class Worker(QObject):
         self._pending += 1
         if self._pending == 1:
             self.busy_changed.emit(True)
-        self._jobs.put(_Job(label, fn, done, failed))
+        self._jobs.put(_Job(kind, fn, done, failed))
 
     def wait_current(self, timeout: float) -> bool:
         """Block until the running job (if any) has returned; True if none runs now.
@@ -87,6 +108,10 @@ class Worker(QObject):
             except queue.Empty:
                 break
         self._jobs.put(None)
+        return self.join(timeout)
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the thread to end (after ``shutdown``); True if it did."""
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
@@ -96,15 +121,15 @@ class Worker(QObject):
             if job is None:
                 return
             self._free.clear()
-            self._current = job.label
+            self._current = job.kind
             value, error = None, None
             try:
                 value = job.fn()
             except ParleyError as exc:
                 error = str(exc)
-            except Exception as exc:  # noqa: BLE001 - a bug must reach the user, not kill the thread
-                log.exception("background job %r failed", job.label)
-                error = f"unexpected error while {job.label}: {type(exc).__name__}: {exc}"
+            except Exception as exc:  # a bug must reach the user, not kill the thread
+                log.exception("background job %r failed", job.kind.label)
+                error = f"unexpected error while {job.kind.label}: {type(exc).__name__}: {exc}"
             self._current = None
             self._free.set()
             try:
@@ -121,7 +146,7 @@ class Worker(QObject):
             elif job.failed is not None:
                 job.failed(error)
             else:
-                log.error("%s failed: %s", job.label, error)
+                log.error("%s failed: %s", job.kind.label, error)
         finally:
             if self._pending == 0:
                 self.busy_changed.emit(False)

@@ -12,11 +12,12 @@ the new one between two messages, never in the middle of one.
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from engine.audio.base import AudioBlock, AudioSource
@@ -74,7 +75,9 @@ class _StageThread:
         A stage whose thread is not running adopts it at once.
         """
         adopted = threading.Event()
-        self._next_model = (model, adopted)
+        superseded, self._next_model = self._next_model, (model, adopted)
+        if superseded is not None:
+            superseded[1].set()  # that model will never be used: nobody may wait for it
         if not self._thread.is_alive():
             self.adopt_pending_model()
         return adopted
@@ -128,12 +131,14 @@ class _StageThread:
     def _run(self) -> None:
         raise NotImplementedError
 
-    def _forward(self, outputs: Iterator[Message], what: object) -> None:
-        """Emit ``outputs`` of one unit of work; record its compute time; report failures."""
+    def _forward(self, work: Callable[[], Iterator[Message]], what: object) -> None:
+        """Run one unit of work and emit its outputs; record its compute time; report
+        failures. ``work`` is called inside the guard: an override may be a generator
+        (which runs as it is iterated) or a plain function (which runs when called)."""
         start = time.perf_counter()
         self._blocked_s = 0.0
         try:
-            for out in outputs:
+            for out in work():
                 if self.ctx.stopping.is_set():
                     return
                 if self.is_stale(out):
@@ -193,7 +198,7 @@ class Stage(_StageThread):
             if self.is_stale(msg):
                 self.ctx.metrics.dropped_stale(self.name)
                 continue
-            self._forward(self.process(msg), msg)
+            self._forward(functools.partial(self.process, msg), msg)
 
 
 class SourceStage(_StageThread):
@@ -229,9 +234,9 @@ class SourceStage(_StageThread):
                     if self.source.finished:
                         break
                     continue
-                self._forward(self.process_block(block), block)
+                self._forward(functools.partial(self.process_block, block), block)
             if not self.ctx.stopping.is_set():
-                self._forward(self.on_source_end(), "the end of the input")
+                self._forward(self.on_source_end, "the end of the input")
         except Exception as exc:  # a failing source is reported (logged); the unit drains
             log.exception("%s: reading the audio source failed", self.name)
             self._report(f"{type(exc).__name__}: {exc}")

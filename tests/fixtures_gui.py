@@ -13,13 +13,13 @@ import time
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import pytest  # noqa: E402
-from PySide6.QtCore import QElapsedTimer, QSettings, QTimer  # noqa: E402
+import pytest
+from PySide6.QtCore import QElapsedTimer, QSettings, QTimer
 
-from engine.devices import Device, DeviceInfo  # noqa: E402
-from engine.engine import EngineSnapshot, EngineState, StagePlacement  # noqa: E402
-from engine.memory import sample_memory  # noqa: E402
-from engine.metrics import Metrics  # noqa: E402
+from engine.devices import Device, DeviceInfo
+from engine.engine import EngineSnapshot, EngineState, StagePlacement
+from engine.memory import sample_memory
+from engine.metrics import Figure, Mark, Metrics
 
 GIB = 2**30
 
@@ -55,14 +55,14 @@ def recorded_metrics(turns: int = 2) -> Metrics:
                  "tts_first_text": end + 1.05, "tts_first_audio": end + 1.10,
                  "audio_out_first": end + 1.12, "reply_done": end + 3.0}
         for name, t in marks.items():
-            metrics.mark(0, turn, name, t)
+            metrics.mark(0, turn, Mark(name), t)
         metrics.set_transcript(0, turn, "ask not what your country can do for you")
         metrics.add_reply(0, turn, "I will do my best.")
         for name, value in (("stt_compute_s", 0.2), ("llm_first_chunk_compute_s", 0.3),
                             ("tts_first_compute_s", 0.05), ("llm_tokens", 12),
                             ("llm_tokens_per_s", 18.5 + turn), ("stt_rtf", 0.1),
                             ("tts_compute_s", 0.3), ("tts_audio_s", 2.0)):
-            metrics.figure(0, turn, name, value)
+            metrics.figure(0, turn, Figure(name), value)
         metrics.set_finished(0, turn)
         for stage, seconds in (("vad", 0.002), ("stt", 0.2), ("llm", 0.3), ("tts", 0.05), ("sink", 0.001)):
             metrics.stage_time(stage, seconds * turn)

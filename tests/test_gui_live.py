@@ -9,17 +9,17 @@ import time
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import numpy as np
+import pytest
 
-from app.bridge import EventBridge  # noqa: E402
-from app.conversation_view import ConversationView  # noqa: E402
-from app.graphs import SEGMENTS, GraphsPanel, turn_segments  # noqa: E402
-from app.meters import LevelMeter, MetersPanel  # noqa: E402
-from app.ptt import PushToTalkSource  # noqa: E402
-from app.status_line import StageStatus, short_model  # noqa: E402
-from engine.audio.file_source import FileSource  # noqa: E402
-from engine.events import (EngineError, FinalTranscript, PartialTranscript, ReplyText,  # noqa: E402
+from app.bridge import EventBridge
+from app.conversation_view import ConversationView
+from app.graphs import SEGMENTS, GraphsPanel, turn_segments
+from app.meters import LevelMeter, MetersPanel
+from app.ptt import PushToTalkSource
+from app.status_line import StageStatus, short_model
+from engine.audio.file_source import FileSource
+from engine.events import (EngineError, FinalTranscript, PartialTranscript, ReplyText,
                            TurnCancelled, TurnFinished, UserSpeaking)
 
 try:
@@ -34,12 +34,13 @@ def test_meters_show_queues_memory_and_no_mlx_lock(qtbot):
     panel.show()
     snap = snapshot_from(recorded_metrics())
     panel.update_snapshot(snap)
-    assert panel.queues.depths == {"vad": (0, 1), "stt": (1, 8), "llm": (2, 8), "tts": (0, 16), "sink": (3, 64)}
+    assert panel.queues.depths == {"vad": (0, 1), "stt": (1, 8), "llm": (2, 8), "tts": (0, 16),
+                                   "sink": (3, 64)}
     bar, text = panel.queues._rows["llm"]
     assert bar.value == pytest.approx(2 / 8) and text.text().startswith("2/8")
     cpu = panel.memory.readings["cpu"]
     assert cpu.used_bytes > 10 * 2**20 and cpu.available_bytes > 0  # this process's real RSS
-    name, mem_bar, value, detail = panel.memory._rows["cpu"]
+    _name, mem_bar, value, detail = panel.memory._rows["cpu"]
     assert mem_bar.value == pytest.approx(cpu.used_bytes / cpu.total_bytes)
     assert "MiB" in value.text() or "GiB" in value.text()
     assert "available" in detail.text()
@@ -207,3 +208,50 @@ def test_lock_meter_reads_a_real_mlx_lock(qtbot):
     assert meter.bar.value == pytest.approx(snap.utilization) and snap.utilization > 0
     assert meter.value.text() == f"{snap.utilization * 100:.0f} %"
     assert "llm: 1 holds" in meter.stages.text() and "stt: 1 holds" in meter.stages.text()
+
+
+class _SnapshotSource:
+    """Where the window's poller takes snapshots: real EngineSnapshots of a real Metrics
+    recorder, noting the thread of every call (the one thing the poller asks an engine)."""
+
+    def __init__(self, stt_depth: int) -> None:
+        self.metrics = recorded_metrics()
+        self.depths = {"vad": (0, 1), "stt": (stt_depth, 8), "llm": (0, 8), "tts": (0, 16),
+                       "sink": (0, 64)}
+        self.threads: list[threading.Thread] = []
+
+    def snapshot(self):
+        self.threads.append(threading.current_thread())
+        return snapshot_from(self.metrics, self.depths)
+
+
+def test_snapshots_are_taken_off_the_gui_thread_and_the_window_draws_the_latest(qtbot, tmp_path):
+    from PySide6.QtCore import QSettings
+
+    from app.main_window import MainWindow
+    from engine.config import EngineConfig
+
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    window = MainWindow(EngineConfig(), settings, autoload=False)
+    qtbot.addWidget(window)
+    window.show()
+    poller = window.controller.snapshots
+    assert window.controller.snapshot() is None and not poller.running  # no engine, no thread
+    first = _SnapshotSource(stt_depth=5)
+    poller.watch(first)
+    qtbot.waitUntil(lambda: window.meters.queues.depths.get("stt") == (5, 8), timeout=3000)
+    assert first.threads and {t.name for t in first.threads} == {poller.name}
+    assert threading.main_thread() not in first.threads
+    # Another engine: the first one's snapshots are neither drawn nor taken any more.
+    second = _SnapshotSource(stt_depth=1)
+    poller.watch(second)
+    assert window.controller.snapshot() is None  # until the new engine's first snapshot
+    qtbot.waitUntil(lambda: window.meters.queues.depths.get("stt") == (1, 8), timeout=3000)
+    calls = len(first.threads)
+    qtbot.wait(300)
+    assert len(first.threads) == calls and len(second.threads) >= 2
+    # A hidden panel is not drawn: the graphs record the snapshot but draw nothing.
+    assert window.tabs.currentWidget() is window.conversation_page
+    assert window.graphs._dirty and window.graphs.latency.numbers == []
+    window.close()
+    assert not poller.running  # joined at close

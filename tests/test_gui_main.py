@@ -10,15 +10,15 @@ import time
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QSettings, Qt, QTimer  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
+from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtWidgets import QApplication
 
-from app.main import main  # noqa: E402
-from app.main_window import MainWindow  # noqa: E402
-from engine.config import EngineConfig  # noqa: E402
+from app.main import main
+from app.main_window import MainWindow
+from engine.config import EngineConfig
 
 try:
-    from fixtures_gui import gui_settings  # noqa: F401 (fixture)
+    from fixtures_gui import gui_settings  # fixture
 except ImportError:  # tests/ collected as a package
     from tests.fixtures_gui import gui_settings  # noqa: F401 (fixture)
 
@@ -149,3 +149,32 @@ def test_engine_errors_show_in_the_banner(qtbot, gui_settings):
     window.banner.clear()
     assert window.banner.isHidden()
     window.close()
+
+
+def test_the_worker_names_its_job_by_kind_and_answers_on_the_gui_thread(qtbot):
+    import threading
+
+    from app.worker import JobKind, Worker
+
+    worker = Worker()
+    started, release = threading.Event(), threading.Event()
+    seen = []
+
+    def job():
+        started.set()
+        release.wait(5)
+        return threading.current_thread().name
+
+    worker.submit(JobKind.START, job,
+                  lambda value: seen.append((value, threading.current_thread() is threading.main_thread())))
+    assert started.wait(5)
+    assert worker.current is JobKind.START and worker.busy
+    release.set()
+    qtbot.waitUntil(lambda: bool(seen), timeout=5000)
+    assert seen == [("parley-gui-worker", True)]  # ran there, answered here
+    assert worker.current is None and not worker.busy
+    failures = []
+    worker.submit(JobKind.LOAD, lambda: 1 / 0, failed=failures.append)
+    qtbot.waitUntil(lambda: bool(failures), timeout=5000)
+    assert failures[0].startswith("unexpected error while loading models: ZeroDivisionError")
+    assert worker.shutdown(2.0)

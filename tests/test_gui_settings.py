@@ -6,16 +6,16 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import pytest  # noqa: E402
-from PySide6.QtCore import QSettings, Qt  # noqa: E402
+import pytest
+from PySide6.QtCore import QSettings, Qt
 
-from app.main_window import MainWindow  # noqa: E402
-from app.settings import engine_keys, key_for, load_config, save_config  # noqa: E402
-from app.settings_panel import SettingsPanel  # noqa: E402
-from engine.config import STAGES, BargeIn, EngineConfig, config_fields  # noqa: E402
+from app.main_window import MainWindow
+from app.settings import engine_keys, key_for, load_config, save_config
+from app.settings_panel import SettingsPanel
+from engine.config import STAGES, BargeIn, EngineConfig, config_fields
 try:
     from fixtures_audio import INPUTS
-    from fixtures_gui import gui_settings, panel_devices  # noqa: F401 (fixture)
+    from fixtures_gui import gui_settings, panel_devices  # fixture
 except ImportError:  # tests/ collected as a package
     from tests.fixtures_audio import INPUTS
     from tests.fixtures_gui import gui_settings, panel_devices  # noqa: F401 (fixture)
@@ -170,7 +170,7 @@ def test_a_failed_audio_switch_keeps_the_old_device(window, qtbot, gui_settings)
     combo.setCurrentIndex(combo.count() - 1)
     with qtbot.waitSignal(window.controller.audio_switch_failed, timeout=10000) as blocker:
         combo.activated.emit(combo.currentIndex())
-    kind, kept, message = blocker.args
+    kind, kept, _message = blocker.args
     assert (kind, kept) == ("input", "default")
     assert combo.currentData() == "default"
     assert window.controller.config.audio.input_device == "default"
@@ -189,3 +189,28 @@ def test_a_working_audio_switch_is_kept_and_saved(window, qtbot, gui_settings):
     assert window.controller.config.audio.input_device == name
     assert gui_settings.value("audio/input_device") == name
     assert all(getattr(window.controller.config, s) == getattr(EngineConfig(), s) for s in STAGES)
+
+
+def test_pending_changes_say_what_apply_will_do(panel, qtbot):
+    assert panel.pending.isHidden() and panel.pending_changes().empty
+    panel.fields["llm.temperature"].setValue(0.7)
+    assert panel.pending.text() == "llm.temperature: applies now"
+    assert not panel.pending.isHidden()
+    select(panel.device["stt"], "cuda:0")
+    panel.fields["units"].setValue(2)
+    text = panel.pending.text()
+    assert "stt.device: reloads the STT model" in text
+    assert "units: restarts the pipeline (the conversation starts over)" in text
+    assert text.count(" · ") == 2
+    panel.fields["llm.temperature"].setValue(panel.config.llm.temperature)  # edited back
+    assert "llm.temperature" not in panel.pending.text()
+    panel.fields["llm.system_prompt"].setText("Be brief.")
+    assert panel.pending_changes().keys() == ("units", "stt.device", "llm.system_prompt")
+    panel.revert_button.click()
+    assert panel.pending.isHidden() and panel.pending_changes().empty
+    # Once applied, nothing is pending; a device switch keeps the other edits pending.
+    panel.fields["vad.threshold"].setValue(0.7)
+    panel.set_applied(panel.config.with_overrides({"audio.input_device": "default"}))
+    assert panel.pending.text() == "vad.threshold: applies now"
+    panel.set_config(panel.config_from_widgets())
+    assert panel.pending.isHidden()
