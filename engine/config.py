@@ -20,6 +20,13 @@ from engine.errors import ConfigError
 _AUTO = "auto"
 
 
+class EndOfTurn(enum.Enum):
+    """What ends the user's turn."""
+
+    SILENCE = "silence"  # min_silence_ms of silence, then the reopen grace
+    MANUAL = "manual"  # only an explicit commit (a Realtime client with turn_detection null)
+
+
 class BargeIn(enum.Enum):
     """What happens when the user speaks while the assistant is talking."""
 
@@ -126,6 +133,9 @@ class TurnConfig:
         metadata=_range(0.1, 10.0, "seconds between partials", runtime=True))
     barge_in: BargeIn = field(default=BargeIn.FULL_DUPLEX,
         metadata=_range(help="barge-in mode", runtime=True))
+    end_of_turn: EndOfTurn = field(default=EndOfTurn.SILENCE,
+        metadata=_range(help="what ends a turn: silence, or manual (an explicit commit)",
+                        runtime=True))
 
 
 @dataclass(frozen=True)
@@ -133,7 +143,8 @@ class EngineConfig:
     """Everything the engine needs; the GUI's settings map one-to-one onto it."""
 
     device: str = field(default=_AUTO, metadata=_range(help="default device of every stage"))
-    units: int = field(default=1, metadata=_range(1, 16, "pipeline units sharing the models"))
+    units: int = field(default=1, metadata=_range(
+        1, 64, "pipeline units sharing the models (realtime mode: parley-cli serve)"))
     vad: VadConfig = field(default_factory=VadConfig)
     stt: SttConfig = field(default_factory=SttConfig)
     llm: LlmConfig = field(default_factory=LlmConfig)
@@ -162,6 +173,15 @@ class EngineConfig:
 
 
 STAGES = ("vad", "stt", "llm", "tts")
+
+
+def require_one_unit(config: EngineConfig) -> None:
+    """ConfigError unless ``config`` asks for one pipeline unit: several run only in
+    realtime mode, where each client has its own."""
+    if config.units != 1:
+        raise ConfigError(f"'units' = {config.units}: several pipeline units run only in "
+                          f"realtime mode; start them with: parley-cli serve "
+                          f"--num-pipelines {config.units}")
 
 
 def config_fields() -> list[tuple[str, dataclasses.Field, type]]:

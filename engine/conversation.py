@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 REOPENED = "reopened"
 BARGE_IN = "barge-in"
+CLEARED = "cleared"  # the client threw away the audio of the turn in progress
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +58,7 @@ class Conversation:
         """A reopened turn vanishes (its new revision will be added); a barged-in reply is
         dropped but the user's words stay, since they were really said."""
         with self._lock:
-            if reason == REOPENED:
+            if reason in (REOPENED, CLEARED):
                 self._exchanges = [e for e in self._exchanges if e.turn_id != turn_id]
             else:
                 self._exchanges = [Exchange(e.turn_id, e.user, "") if e.turn_id == turn_id else e

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine.audio.base import AudioSink, AudioSource
-from engine.config import STAGES, EngineConfig
+from engine.config import STAGES, EngineConfig, require_one_unit
 from engine.config_diff import ConfigDiff, Effect, diff_configs
 from engine.devices import DeviceInfo
 from engine.errors import ConfigError, ParleyError
@@ -210,6 +210,8 @@ class Engine:
             raise ParleyError(f"the engine cannot start while {self.state.value}; load it first")
         if len(sources) != len(sinks) or not sources:
             raise ParleyError("start needs one sink per source, and at least one source")
+        require_one_unit(self.config if len(sources) == 1
+                         else self.config.with_overrides({"units": len(sources)}))
         with self._lock:
             config = self._unit_config(len(sources))
             units = [PipelineUnit(i, config, self.models, src, sink, self.metrics, self.events,
@@ -226,6 +228,35 @@ class Engine:
                 raise
             self.units = units
             self.state = EngineState.RUNNING
+
+    def start_unit(self, source: AudioSource, sink: AudioSink, unit: int) -> PipelineUnit:
+        """Start one more pipeline unit (numbered ``unit``) on the loaded models.
+
+        For realtime mode, where units come and go with their clients; the unit runs
+        with the engine's config as ``_unit_config`` adjusts it for the units running.
+        """
+        with self._lock:
+            if self.state not in (EngineState.READY, EngineState.STOPPED,
+                                  EngineState.RUNNING) or not self.models:
+                raise ParleyError(f"the engine cannot start a unit while {self.state.value}; "
+                                  "load it first")
+            config = self._unit_config(max(self.config.units, len(self.units) + 1))
+            pipeline = PipelineUnit(unit, config, self.models, source, sink, self.metrics,
+                                    self.events, self._turn_ids.__next__)
+            pipeline.start()
+            self.units = [*self.units, pipeline]
+            self.state = EngineState.RUNNING
+            return pipeline
+
+    def stop_unit(self, pipeline: PipelineUnit, timeout: float = 2.0) -> list[str]:
+        """Stop one unit and join its threads; its turn state and history go with it.
+        Returns the names of threads that did not end."""
+        with self._lock:
+            stuck = pipeline.stop(timeout)
+            self.units = [u for u in self.units if u is not pipeline]
+            if not self.units and self.state is EngineState.RUNNING:
+                self.state = EngineState.STOPPED
+            return stuck
 
     def interrupt(self) -> None:
         """Cut off every reply in progress."""

@@ -211,7 +211,7 @@ class MlxLock:
     def __init__(self, *, window_s: float = 5.0, slow_wait_s: float = 0.25,
                  slow_hold_s: float = 2.0, warn_interval_s: float = 10.0, samples: int = 2048,
                  trace: int = 0, clock: Callable[[], float] = time.perf_counter,
-                 logger: logging.Logger | None = None) -> None:
+                 logger: logging.Logger | None = None, guarded: bool = True) -> None:
         self.window_s = window_s
         self._clock = clock
         self._log = logger or log
@@ -227,8 +227,9 @@ class MlxLock:
         # (stage, unit, requested, acquired, thread ident, contended) of the current holder
         self._held: tuple | None = None
         self.reset_stats()
-        with _registry_guard:
-            _all_locks.add(self)
+        if guarded:  # an MLX lock: holding it is what the MLX guard checks for
+            with _registry_guard:
+                _all_locks.add(self)
 
     # ------------------------------------------------------------------ locking
     def hold(self, stage: str, unit: int | None = None, timeout: float | None = None) -> _Hold:
@@ -399,6 +400,13 @@ _default: MlxLock | None = None
 _default_guard = threading.Lock()
 _registry_guard = threading.Lock()
 _all_locks: weakref.WeakSet[MlxLock] = weakref.WeakSet()  # for the guard's "any lock" check
+
+
+def model_lock() -> MlxLock:
+    """An instrumented lock for one model that is not safe to call from two threads at
+    once (a shared torch model): the same figures as the MLX lock, for the pool's report.
+    It is no MLX lock: the MLX guard does not count holding it."""
+    return MlxLock(guarded=False)
 
 
 def get_mlx_lock() -> MlxLock:

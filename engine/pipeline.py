@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 from engine.audio.base import AudioSink, AudioSource
@@ -10,7 +11,8 @@ from engine.config import EngineConfig
 from engine.control import TurnControl
 from engine.conversation import BARGE_IN, Conversation
 from engine.events import EventHub
-from engine.metrics import Metrics
+from engine.messages import Transcript
+from engine.metrics import Mark, Metrics
 from engine.playback import Playback
 from engine.stage import StageContext
 from engine.stages.llm_stage import LlmStage
@@ -31,6 +33,7 @@ class PipelineUnit:
                  source: AudioSource, sink: AudioSink, metrics: Metrics, events: EventHub,
                  next_turn_id: Callable[[], int]) -> None:
         self.unit = unit
+        self._next_turn_id = next_turn_id
         self.source = source
         self.sink = sink
         self.control = TurnControl()
@@ -73,6 +76,24 @@ class PipelineUnit:
             while not adopted.wait(0.1) and not self.ctx.stopping.is_set():
                 if not stage.alive:  # its input ended meanwhile: nobody else will adopt it
                     stage.adopt_pending_model()
+
+    def say(self, text: str) -> int:
+        """A typed user message: answered like a committed spoken turn; returns its id.
+
+        It goes straight to the LLM stage (no audio, no STT). May wait while the LLM's
+        queue is full: call it off an event loop.
+        """
+        turn = self._next_turn_id()
+        now = time.perf_counter()
+        metrics, unit = self.ctx.metrics, self.unit
+        for mark in (Mark.SPEECH_START, Mark.SPEECH_END, Mark.COMMITTED):
+            metrics.mark(unit, turn, mark, now)
+        metrics.set_transcript(unit, turn, text)
+        self.ctx.gate.commit(turn)
+        self.playback.commit(turn)
+        self.vad.note_reply(turn)
+        self.llm.put(Transcript(turn, self.control.generation, text, True, now))
+        return turn
 
     def interrupt(self) -> None:
         """Cut off the reply in progress, as a barge-in would."""

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from engine.config import EngineConfig
+from engine.config import EngineConfig, require_one_unit
 from engine.engine import Engine
 from engine.events import EngineError, Event
 from engine.hub import HubStatus
@@ -34,6 +34,7 @@ def load_engine(config: EngineConfig, registry: ModelRegistry | None = None,
     first. ``progress`` is passed to ``Engine.load``; ``registry`` lets several engines
     share models; ``hub`` overrides the hub probe (``HubStatus(offline=True)``).
     """
+    require_one_unit(config)  # before anything loads
     engine = Engine(config, registry=registry, hub=hub)
     if resolved is not None:
         resolved(engine)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.config import TurnConfig, VadConfig
+from engine.config import EndOfTurn, TurnConfig, VadConfig
 
 _HYSTERESIS = 0.15  # below threshold - this counts as silence (as Silero's own iterator)
 
@@ -85,6 +85,7 @@ class TurnDetector:
         self.grace_frames = math.ceil(turns.reopen_grace_ms / 1000 / self.frame_s)
         self.pad_frames = math.ceil(vad.pad_ms / 1000 / self.frame_s)
         self.speculative = turns.speculative
+        self.manual = turns.end_of_turn is EndOfTurn.MANUAL  # silence never ends a turn
         self.live = turns.live_transcription
         self.live_interval = turns.live_transcription_interval
         self._preroll = deque(self._preroll, maxlen=self.pad_frames + self.start_frames)
@@ -165,7 +166,7 @@ class TurnDetector:
                 events.append(Partial(self._audio(len(self._frames)), self._t_start))
                 # Back off for long turns: each partial re-decodes the whole turn.
                 self._next_partial_at = spoken + self.live_interval * max(1.0, spoken / 5.0)
-        if self._silent_run >= self.end_frames:
+        if self._silent_run >= self.end_frames and not self.manual:
             self._t_end = self._t_frame_end(self._last_voiced)
             self.state = TurnState.GRACE
             self._voiced_run = 0

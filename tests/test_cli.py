@@ -79,6 +79,7 @@ def test_silence_only_says_no_turn(tmp_path):
     (["--tts-backend", "espeak"], ["'tts.backend' = 'espeak'", "piper", "kokoro"]),
     (["--stt-device", "gpu"], ["'stt.device' = 'gpu' is not a device"]),
     (["--vad-threshold", "2"], ["'vad.threshold' must be between"]),
+    (["--units", "2"], ["'units' = 2", "realtime mode", "parley-cli serve --num-pipelines 2"]),
 ])
 def test_bad_settings_fail_before_any_model_loads(jfk_path, flags, fragments):
     result = run_cli("converse", str(jfk_path), *flags)

@@ -97,3 +97,35 @@ def test_resumption_confirmed_after_the_grace_still_continues_the_turn():
     # Speech resumes 0.95 s into a 1.0 s end-of-turn wait; confirming it takes 0.2 s more.
     events = run(make(), [(0.9, 1.0), (0.0, 0.95), (0.9, 1.0), (0.0, 2.0)])
     assert kinds(events) == ["Started", "Started", "Committed"]
+
+
+def _push(detector, pattern, start_t=100.0):
+    """Like ``run`` without the final flush."""
+    events, t = [], start_t
+    for prob, seconds in pattern:
+        for _ in range(round(seconds / FRAME_S)):
+            events += detector.push(np.full(FRAME, prob, np.float32), prob, t)
+            t += FRAME_S
+    return events
+
+
+def test_manual_end_of_turn_waits_for_the_commit_whatever_the_silence():
+    from engine.config import EndOfTurn
+
+    detector = TurnDetector(VadConfig(min_silence_ms=300), TurnConfig(
+        reopen_grace_ms=500, speculative=True, end_of_turn=EndOfTurn.MANUAL))
+    events = _push(detector, [(0.0, 0.5), (0.9, 1.0), (0.0, 5.0), (0.9, 0.5), (0.0, 1.0)])
+    assert [type(e).__name__ for e in events] == ["Started"]  # 5 s of silence ended nothing
+    (committed,) = detector.flush()  # the client's commit
+    assert isinstance(committed, Committed) and not committed.speculated
+    assert committed.t_speech_end == pytest.approx(100.0 + 0.5 + 1.0 + 5.0 + 0.5, abs=FRAME_S)
+
+
+def test_configure_mid_turn_takes_the_new_waits():
+    detector = make(grace=0, silence=2000)
+    events = _push(detector, [(0.0, 0.5), (0.9, 1.0), (0.0, 1.0)])
+    assert [type(e).__name__ for e in events] == ["Started"]  # 1 s < 2 s of silence
+    detector.configure(VadConfig(min_silence_ms=300, min_speech_ms=200, pad_ms=300),
+                       TurnConfig(reopen_grace_ms=0))
+    events = _push(detector, [(0.0, 0.2)], start_t=102.5)
+    assert [type(e).__name__ for e in events] == ["Committed"]

@@ -8,6 +8,7 @@ reply chunks without blocking and play them on their own clock.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -16,12 +17,24 @@ import numpy as np
 PIPELINE_RATE = 16000
 
 
+class InputMarker(enum.Enum):
+    """A request that travels in order with the captured audio (network clients)."""
+
+    COMMIT = "commit"  # end the user's turn now, whatever the silence
+    CLEAR = "clear"  # forget the audio of the turn in progress
+
+
 @dataclass(frozen=True, slots=True)
 class AudioBlock:
-    """A block of captured audio: 16 kHz mono float32."""
+    """A block of captured audio: 16 kHz mono float32.
+
+    A block with a ``marker`` carries a request instead of (or after) its samples; it
+    reaches the source stage in order with the audio around it.
+    """
 
     samples: np.ndarray = field(repr=False)
     t_start: float  # perf_counter() time of the first sample
+    marker: InputMarker | None = None
 
 
 class AudioSource(Protocol):

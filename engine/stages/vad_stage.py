@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSource
+from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSource, InputMarker
 from engine.config import BargeIn, EngineConfig
-from engine.conversation import BARGE_IN, REOPENED
+from engine.conversation import BARGE_IN, CLEARED, REOPENED
 from engine.events import TurnCancelled, UserSpeaking
 from engine.messages import Message, SpeechSegment
 from engine.metrics import Mark
@@ -83,10 +83,23 @@ class VadStage(SourceStage):
             probability = self.stream.speech_probability(frame)
             for event in self.detector.push(frame, probability, t):
                 yield from self._on_turn_event(event)
+        if block.marker is InputMarker.COMMIT:
+            yield from self.on_source_end()
+        elif block.marker is InputMarker.CLEAR:
+            self._clear()
 
     def on_source_end(self) -> Iterator[Message]:
         for event in self.detector.flush():
             yield from self._on_turn_event(event)
+
+    def _clear(self) -> None:
+        """Forget the turn in progress: its audio, and any work already started on it."""
+        if self.detector.in_turn:
+            self.ctx.control.cancel_turn(self.turn_id, CLEARED)
+            self.ctx.events.emit(UserSpeaking(self.ctx.unit, self.turn_id, False))
+            self.ctx.events.emit(TurnCancelled(self.ctx.unit, self.turn_id, CLEARED))
+        self.detector.reset()
+        self._pending = np.zeros(0, np.float32)
 
     def _on_turn_event(self, event: TurnEvent) -> Iterator[Message]:
         ctx, unit = self.ctx, self.ctx.unit
@@ -124,6 +137,10 @@ class VadStage(SourceStage):
         self.gate.latest = self.gate.final = self._partial_seq + 1
         return SpeechSegment(self.turn_id, ctx.control.generation, audio, PIPELINE_RATE, True,
                              t_start, t_end)
+
+    def note_reply(self, turn: int) -> None:
+        """``turn`` (e.g. a typed message) is answered now: speech cuts it off."""
+        self._playing_turn = turn
 
     def _maybe_barge_in(self) -> None:
         if self.ctx.config.turns.barge_in is not BargeIn.FULL_DUPLEX or self._playing_turn is None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from engine.backends.base import GenerationOptions, LlmStep, LoadRequest, Progre
 from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token
 from engine.errors import ConfigError, DeviceError, ModelError
 from engine.hub import offline as hub_offline
+from engine.mlx_lock import model_lock, unit_of_current_thread
 
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -152,7 +152,7 @@ class TransformersLlm:
         self.model = model
         self.tokenizer = tokenizer
         self.folder = folder
-        self.lock = threading.Lock()  # one forward pass at a time on this model
+        self.lock = model_lock()  # one forward pass at a time on this model, measured
         first = next(model.parameters())
         self.actual_device = str(first.device)
         self.dtype = str(first.dtype).removeprefix("torch.")
@@ -184,7 +184,7 @@ class TransformersLlm:
         kwargs = {self._cache_kwarg: cache, "use_cache": True}
         if self._keep_kwarg:
             kwargs[self._keep_kwarg] = 1  # a long prefill needs only the last row of logits
-        with self.lock:
+        with self.lock.hold("llm", unit_of_current_thread()):
             out = self.model(input_ids=ids, **kwargs)
         return out.logits[0, -1].float()
 

@@ -8,7 +8,6 @@ model is safe from several threads at once.
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from engine.backends.base import LoadRequest, Progress, SttResult
 from engine.devices import Device
 from engine.errors import AudioInputError, ConfigError, DeviceError, ModelError
 from engine.hub import offline as hub_offline
+from engine.mlx_lock import model_lock, unit_of_current_thread
 
 SAMPLE_RATE = 16000
 WINDOW_SECONDS = 30  # Whisper's fixed input window
@@ -104,7 +104,7 @@ class TransformersWhisperStt:
     def __init__(self, model, processor, name: str) -> None:
         self._model = model
         self._processor = processor
-        self._lock = threading.Lock()
+        self.lock = model_lock()  # generate() keeps state on the model: one call at a time
         self.name = name
         self.multilingual = _is_multilingual(model)
         self.dtype = next(model.parameters()).dtype
@@ -141,7 +141,7 @@ class TransformersWhisperStt:
         window = WINDOW_SECONDS * SAMPLE_RATE
         start = time.perf_counter()
         texts = []
-        with self._lock, torch.inference_mode():
+        with self.lock.hold("stt", unit_of_current_thread()), torch.inference_mode():
             for offset in range(0, audio.size, window):
                 features = self._processor.feature_extractor(
                     audio[offset:offset + window], sampling_rate=SAMPLE_RATE,

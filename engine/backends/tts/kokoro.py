@@ -36,6 +36,7 @@ import numpy as np
 from engine.backends.base import LoadRequest, Progress, TtsChunk
 from engine.devices import Device
 from engine.errors import ConfigError, DeviceError, MissingDependencyError, ModelError
+from engine.mlx_lock import model_lock, unit_of_current_thread
 
 SAMPLE_RATE = 24000
 DEFAULT_VOICE = "af_heart"
@@ -218,7 +219,8 @@ class KokoroTts:
     def __init__(self, model, style_dim: int, name: str) -> None:
         self._model = model
         self._style_dim = style_dim
-        self._lock = threading.Lock()
+        self._voices_lock = threading.Lock()
+        self.lock = model_lock()  # forward passes, one at a time (see the module doc)
         self._voices: dict[str, object] = {}  # voice name -> style pack on the model's device
         self._g2ps: dict[bool, object] = {}  # british -> G2P
         self.name = name
@@ -234,11 +236,11 @@ class KokoroTts:
         """The style pack and G2P of ``voice``, loaded on first use."""
         name = _voice_name(voice)
         british = _LANGUAGES[name[0]]
-        with self._lock:
+        with self._voices_lock:
             pack = self._voices.get(name)
         if pack is None:
             pack = _load_voice(_voice_path(self.name, name), self._style_dim).to(self._model.device)
-            with self._lock:
+            with self._voices_lock:
                 pack = self._voices.setdefault(name, pack)
         with G2P_LOCK:
             g2p = self._g2ps.get(british)
@@ -268,7 +270,7 @@ class KokoroTts:
 
         if not any(ch in self._model.vocab for ch in phonemes):
             return None
-        with self._lock, torch.no_grad():
+        with self.lock.hold("tts", unit_of_current_thread()), torch.no_grad():
             audio = self._model(phonemes, pack[len(phonemes) - 1], speed)
         audio = audio.detach().float().cpu().numpy().reshape(-1)
         return TtsChunk(np.ascontiguousarray(audio, dtype=np.float32), SAMPLE_RATE)
