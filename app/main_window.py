@@ -1,5 +1,6 @@
 """The main window: listen/stop, push-to-talk, the mic meter, the conversation, live
-meters and graphs, settings, the status line and the error banner.
+meters and graphs, settings, the realtime server (Server tab), the status line and the
+error banner.
 
 The GUI thread never waits on the engine: engine work goes through EngineController (a
 background worker), engine events arrive as queued signals from the EventBridge, and the
@@ -21,6 +22,8 @@ from app.controller import TRANSITIONS, ControllerMode, ControllerState, EngineC
 from app.conversation_view import ConversationView
 from app.graphs import GraphsPanel
 from app.meters import LevelMeter, MetersPanel
+from app.server_controller import ServerController
+from app.server_panel import ServerPanel
 from app.settings import save_config, set_ui_value, ui_value
 from app.settings_panel import SettingsPanel
 from app.status_line import Banner, StageStatus, StatePill
@@ -40,6 +43,8 @@ class MainWindow(QMainWindow):
         self.setMinimumSize(1024, 640)
         self.bridge = EventBridge(self)
         self.controller = EngineController(config, self.bridge, self)
+        # The realtime server: its own engine on the desktop's models (shared, not reloaded).
+        self.server = ServerController(lambda: self.controller.config, self.controller.registry, self)
         self._filtering = False  # the push-to-talk key filter is installed
         self._save_on_load = False  # the next loaded config came from Apply
         self._drawn = None  # the snapshot last recorded by the graphs
@@ -50,6 +55,7 @@ class MainWindow(QMainWindow):
         self._timer = QTimer(self)
         self._timer.setInterval(POLL_MS)
         self._timer.timeout.connect(self.tick)
+        self._timer.timeout.connect(self._tick_server)
         self._timer.start()
         self.closed = False
         self.shutdown_stuck: list[str] = []
@@ -98,9 +104,12 @@ class MainWindow(QMainWindow):
         self.conversation_page = self._page(split)
         self.graphs_page = self._page(self.graphs)
         self.settings_page = self._page(self.panel)
+        self.server_panel = ServerPanel(self.server, self.settings)
+        self.server_page = self._page(self.server_panel)
         self.tabs.addTab(self.conversation_page, "Conversation")
         self.tabs.addTab(self.graphs_page, "Performance")
         self.tabs.addTab(self.settings_page, "Settings")
+        self.tabs.addTab(self.server_page, "Server")
         body.addWidget(self.tabs, 1)
         root.addLayout(body, 1)
         self.setCentralWidget(central)
@@ -189,7 +198,7 @@ class MainWindow(QMainWindow):
         file_menu.addSeparator()
         file_menu.addAction(quit_action)
         view = self.menuBar().addMenu("&View")
-        for i, name in enumerate(("Conversation", "Performance", "Settings")):
+        for i, name in enumerate(("Conversation", "Performance", "Settings", "Server")):
             action = QAction(name, self, shortcut=QKeySequence(f"Ctrl+{i + 1}"))
             action.triggered.connect(lambda _c=False, i=i: self.tabs.setCurrentIndex(i))
             view.addAction(action)
@@ -420,6 +429,11 @@ class MainWindow(QMainWindow):
         elif current is self.graphs_page:
             self.graphs.redraw()
 
+    def _tick_server(self) -> None:
+        """The Server tab's tables, from the pool poller's latest reading; only when shown."""
+        if self.tabs.currentWidget() is self.server_page:
+            self.server_panel.tick()
+
     # ------------------------------------------------------------------ closing
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         """Stop the engine and join its threads, then let the window close."""
@@ -429,6 +443,8 @@ class MainWindow(QMainWindow):
             if self._filtering:
                 QApplication.instance().removeEventFilter(self)
             set_ui_value(self.settings, "geometry", self.saveGeometry())
-            self.shutdown_stuck = self.controller.shutdown()
+            # Serving first: its clients' units run on models the desktop engine shares.
+            self.shutdown_stuck = self.server.shutdown()
+            self.shutdown_stuck += self.controller.shutdown()
             self.settings.sync()
         event.accept()

@@ -1,5 +1,6 @@
 """The settings panel: per-stage backend, model and device; the global device; microphone
-and speaker; progressive transcription; every other EngineConfig field under Advanced.
+and speaker; progressive transcription; every other EngineConfig field under Advanced, but
+``units``: several pipeline units run only in realtime mode, set on the Server tab.
 
 Device dropdowns list exactly what discovery reports; a device that is not present, or
 that the chosen backend cannot use, is disabled with a tooltip saying why. Apply emits the
@@ -28,6 +29,9 @@ STAGE_TITLES = {"vad": "Voice detection", "stt": "Speech to text", "llm": "Langu
 PTT_KEYS = ("Space", "F8", "F9", "F10", "Insert", "Pause")
 _MAIN_FIELDS = {"device", "turns.live_transcription", "turns.barge_in", "audio.input_device",
                 "audio.output_device"} | {f"{s}.{k}" for s in STAGES for k in ("backend", "model", "device")}
+#: Settings the desktop panel does not show: several pipeline units run only in realtime
+#: mode, whose pipelines are set on the Server tab (``app.server_panel``).
+_NOT_SHOWN = {"units"}
 
 
 def _compact(combo: QComboBox, chars: int) -> None:
@@ -189,7 +193,7 @@ class SettingsPanel(QWidget):
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         section = None
         for dotted, field, tp in config_fields():
-            if dotted in _MAIN_FIELDS:
+            if dotted in _MAIN_FIELDS or dotted in _NOT_SHOWN:
                 continue
             head = dotted.partition(".")[0] if "." in dotted else "engine"
             if head != section:

@@ -1,12 +1,12 @@
-"""``parley-cli``: converse with a recording, list devices, benchmark the pipeline.
+"""``parley-cli``: converse with a recording, list devices, benchmark, serve realtime clients.
 
 Every config setting has a flag derived from its field (``stt.device`` is
 ``--stt-device``); ``--config FILE`` loads a TOML file first and flags override it.
 Progress goes to stderr, so ``--json`` output on stdout stays clean.
 
 This module parses the arguments and dispatches to the subcommand modules
-(``engine.cli_converse``, ``engine.cli_devices``); they never import it back (what they
-share lives in ``engine.cli_output``).
+(``engine.cli_converse``, ``engine.cli_devices``, ``engine.server.cli``); they never import
+it back (what they share lives in ``engine.cli_output``).
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     dev = sub.add_parser("devices", help="list compute devices and sound cards")
     dev.add_argument("--json", action="store_true")
 
-    bench = sub.add_parser("bench", help="per-stage and voice-to-voice latency, models preloaded")
+    bench = sub.add_parser("bench", help="per-stage and voice-to-voice latency, models preloaded "
+                                         "(`bench serve --help`: the realtime server)")
     bench.add_argument("input", help="recording streamed at real time")
     bench.add_argument("--runs", type=int, default=3, help="number of runs (default 3)")
     bench.add_argument("--json", action="store_true")
@@ -72,11 +73,23 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a named set of settings to measure side by side with the others, "
                             "e.g. --variant stt.device=mlx,stt.model=DIR --variant stt.device=cpu")
     add_config_flags(bench)
+
+    from engine.server.cli import add_serve_arguments  # light: aiohttp loads only to serve
+
+    serve = sub.add_parser("serve", help="serve the OpenAI Realtime API over WebSocket "
+                                         "(/v1/realtime), one pipeline unit per client")
+    add_serve_arguments(serve)
+    add_config_flags(serve)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``parley-cli``; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:2] == ["bench", "serve"]:  # its own parser; `bench INPUT` is unchanged
+        from engine.bench_serve import main as bench_serve
+
+        return bench_serve(argv[2:], add_config_flags)
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(name)s: %(message)s", stream=sys.stderr)
@@ -95,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.runs < 1:
                 raise ParleyError(f"--runs must be at least 1; got {args.runs}")
             return run_bench(args, config_from_args(args))
+        if args.command == "serve":
+            from engine.server.cli import run_serve
+
+            return run_serve(args, config_from_args(args))
     except NoSpeechError as exc:
         print(f"parley-cli: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -56,3 +56,16 @@ def _device_reading(device: str, torch) -> MemoryReading | None:
         return MemoryReading("mlx", mx.get_active_memory(), None,
                              extra={"peak": mx.get_peak_memory(), "cache": mx.get_cache_memory()})
     return None
+
+
+def torch_weights_bytes(module) -> int:
+    """Bytes held by a torch module's parameters and buffers (where they live)."""
+    tensors = [*module.parameters(), *module.buffers()]
+    return int(sum(t.numel() * t.element_size() for t in tensors))
+
+
+def file_bytes(*paths) -> int:
+    """Size on disk of model files that are loaded whole (ONNX, CTranslate2)."""
+    import os
+
+    return int(sum(os.path.getsize(p) for p in paths if os.path.isfile(p)))

@@ -34,6 +34,7 @@ class PipelineUnit:
                  next_turn_id: Callable[[], int]) -> None:
         self.unit = unit
         self._next_turn_id = next_turn_id
+        self._typed_turn = 0  # the latest turn started by ``say``
         self.source = source
         self.sink = sink
         self.control = TurnControl()
@@ -83,7 +84,7 @@ class PipelineUnit:
         It goes straight to the LLM stage (no audio, no STT). May wait while the LLM's
         queue is full: call it off an event loop.
         """
-        turn = self._next_turn_id()
+        turn = self._typed_turn = self._next_turn_id()
         now = time.perf_counter()
         metrics, unit = self.ctx.metrics, self.unit
         for mark in (Mark.SPEECH_START, Mark.SPEECH_END, Mark.COMMITTED):
@@ -97,7 +98,8 @@ class PipelineUnit:
 
     def interrupt(self) -> None:
         """Cut off the reply in progress, as a barge-in would."""
-        self.vad.cut_off(self.vad.turn_id)
+        # Turn ids only grow: the newer of the spoken and the typed turn is the one answered.
+        self.vad.cut_off(max(self.vad.turn_id, self._typed_turn))
 
     @property
     def drained(self) -> threading.Event:

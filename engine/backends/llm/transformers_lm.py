@@ -22,6 +22,7 @@ from engine.backends.base import GenerationOptions, LlmStep, LoadRequest, Progre
 from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token
 from engine.errors import ConfigError, DeviceError, ModelError
 from engine.hub import offline as hub_offline
+from engine.memory import torch_weights_bytes
 from engine.mlx_lock import model_lock, unit_of_current_thread
 
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -155,6 +156,7 @@ class TransformersLlm:
         self.lock = model_lock()  # one forward pass at a time on this model, measured
         first = next(model.parameters())
         self.actual_device = str(first.device)
+        self.weights_bytes = torch_weights_bytes(model)
         self.dtype = str(first.dtype).removeprefix("torch.")
         self.context_tokens = int(getattr(model.config, "max_position_embeddings", 0) or 0)
         self.stop_ids = _stop_token_ids(model, tokenizer)

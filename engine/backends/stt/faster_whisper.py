@@ -21,6 +21,7 @@ import numpy as np
 
 from engine.backends.base import LoadRequest, Progress, SttResult
 from engine.errors import AudioInputError, ConfigError, DeviceError, ModelError
+from engine.memory import file_bytes
 
 SAMPLE_RATE = 16000
 _COMPUTE_TYPES = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
@@ -107,6 +108,8 @@ class FasterWhisperStt:
         self.multilingual = bool(model.model.is_multilingual)
         self.compute_type = str(model.model.compute_type)
         self.actual_device = self._read_device()
+        # The weights as stored (a local folder); CTranslate2 may convert them on load.
+        self.weights_bytes = file_bytes(Path(name) / "model.bin") or None
 
     def _read_device(self) -> str:
         ct2 = self._model.model

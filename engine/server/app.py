@@ -1,0 +1,247 @@
+"""The aiohttp application: ``/v1/realtime`` (WebSocket) and ``GET /v1/pool``.
+
+Before any route runs, a request is checked: a browser ``Origin`` not allowed with
+``--allow-origin`` is refused (403), and when an API key is set a request without
+``Authorization: Bearer <key>`` (compared in constant time) is refused (401), before the
+WebSocket upgrade. Neither the key nor the header is ever logged or echoed.
+
+Each WebSocket connection claims a unit from the pool, runs a ``RealtimeSession`` on it
+and returns the unit when the client leaves. Engine events, reply audio and markers
+arrive on stage threads and reach the session only through ``call_soon_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import hmac
+import json
+import logging
+from collections.abc import Callable
+from concurrent.futures import Executor
+
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from engine.engine import Engine
+from engine.events import Event
+from engine.recording import uses_bundled_stack
+from engine.report import placement_dict
+from engine.server.pool import UnitPool
+from engine.server.protocol import RealtimeSession
+from engine.server.settings import ServerSettings
+from engine.server.stream_audio import StreamSink, StreamSource
+
+log = logging.getLogger("parley.server")
+
+OUTBOX_LIMIT_BYTES = 64 * 1024 * 1024  # a client this far behind in reading is dropped
+CLOSE_TIMEOUT_S = 3.0  # how long a close waits for the client's closing frame
+
+
+def _refuse(status: int, code: str, message: str) -> web.Response:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return web.json_response({"error": {"type": "invalid_request_error", "code": code,
+                                        "message": message, "param": None}},
+                             status=status, headers=headers)
+
+
+def _key_matches(header: str, key: str) -> bool:
+    scheme, _, token = header.partition(" ")
+    # compare_digest runs in constant time for equal lengths: no timing leak of the key.
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
+
+
+def guard(settings: ServerSettings):
+    """The middleware that checks the origin and the API key of every request."""
+
+    @web.middleware
+    async def check(request: web.Request, handler):
+        origin = request.headers.get("Origin")
+        if origin is not None and origin not in settings.allow_origins:
+            log.warning("refused a request from origin %r (not allowed by --allow-origin)",
+                        origin[:200])
+            return _refuse(403, "origin_not_allowed", "this origin may not use the server; "
+                           "start it with --allow-origin ORIGIN")
+        if settings.api_key and not _key_matches(request.headers.get("Authorization", ""),
+                                                 settings.api_key):
+            log.warning("refused a request from %s: missing or wrong API key", request.remote)
+            return _refuse(401, "invalid_api_key", "missing or wrong API key: send "
+                           "'Authorization: Bearer <key>'")
+        return await handler(request)
+
+    return check
+
+
+class Outbox:
+    """Server events for one WebSocket, sent in order by one writer task.
+
+    ``put`` never waits, so callbacks on the loop can send without awaiting. A client
+    that stops reading is disconnected once ``limit`` bytes wait for it.
+    """
+
+    def __init__(self, ws: web.WebSocketResponse, limit: int = OUTBOX_LIMIT_BYTES) -> None:
+        self._ws = ws
+        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self._pending = 0
+        self._limit = limit
+        self._closed = False
+        self._closer: asyncio.Task | None = None
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def put(self, event: dict) -> None:
+        """Queue ``event`` for the client (on the loop thread; never waits)."""
+        if self._closed:
+            return
+        text = json.dumps(event)
+        self._pending += len(text)
+        if self._pending > self._limit:
+            log.warning("a client stopped reading (%d bytes waiting): disconnecting it", self._pending)
+            self._closed = True
+            # Kept: the loop holds only a weak reference to a task.
+            self._closer = asyncio.get_running_loop().create_task(
+                self._ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"not reading"))
+            return
+        self._queue.put_nowait(text)
+
+    async def _run(self) -> None:
+        while True:
+            text = await self._queue.get()
+            if text is None:
+                return
+            self._pending -= len(text)
+            if self._ws.closed:
+                continue
+            try:
+                await self._ws.send_str(text)
+            except (ConnectionError, RuntimeError):  # the client went away mid-send
+                self._closed = True
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Send what is queued (up to ``timeout``), then stop the writer."""
+        self._closed = True
+        self._queue.put_nowait(None)
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), timeout)
+        except TimeoutError:
+            self._task.cancel()
+
+
+def _hop(loop: asyncio.AbstractEventLoop, fn: Callable) -> Callable:
+    """``fn`` made callable from any thread: it runs later on ``loop``."""
+
+    def call(*args) -> None:
+        try:
+            loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop closed while a stopping unit still emitted
+            pass
+
+    return call
+
+
+class RealtimeApp:
+    """Builds the aiohttp application over one engine and its pool."""
+
+    def __init__(self, engine: Engine, pool: UnitPool, settings: ServerSettings,
+                 executor: Executor) -> None:
+        self.engine = engine
+        self.pool = pool
+        self.settings = settings
+        self.executor = executor
+        self.connections: set[web.WebSocketResponse] = set()
+
+    def build(self) -> web.Application:
+        """The application: the guard middleware, the routes, the shutdown hook."""
+        app = web.Application(middlewares=[guard(self.settings)],
+                              client_max_size=self.settings.hard_message_bytes)
+        app.router.add_get("/v1/realtime", self.realtime)
+        app.router.add_get("/v1/pool", self.pool_status)
+        app.on_shutdown.append(self._on_shutdown)
+        return app
+
+    async def _blocking(self, fn: Callable, *args):
+        return await asyncio.get_running_loop().run_in_executor(
+            self.executor, functools.partial(fn, *args))
+
+    async def pool_status(self, request: web.Request) -> web.Response:
+        """``GET /v1/pool``: the units, their clients and the shared models, as JSON."""
+        return web.json_response(await self._blocking(self.pool.status))
+
+    def _check_voice(self, voice: str) -> None:
+        """ConfigError unless the TTS model loaded now has ``voice`` (run in the executor)."""
+        check = getattr(self.engine.models.get("tts"), "check_voice", None)
+        if callable(check):
+            check(voice)
+
+    def _parley_info(self) -> dict:
+        engine = self.engine
+        return {"notes": list(engine.notes), "bundled_stack": uses_bundled_stack(engine),
+                "placements": [placement_dict(p, getattr(engine.models.get(s), "actual_device", None))
+                               for s, p in engine.placements.items()]}
+
+    async def realtime(self, request: web.Request) -> web.WebSocketResponse:
+        """``/v1/realtime``: claim a unit, serve the session on it, give it back."""
+        ws = web.WebSocketResponse(max_msg_size=self.settings.hard_message_bytes, heartbeat=30.0,
+                                   timeout=CLOSE_TIMEOUT_S)
+        await ws.prepare(request)
+        loop = asyncio.get_running_loop()
+        outbox = Outbox(ws)
+        session = RealtimeSession(outbox.put, self.settings, self._blocking)
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        client = f"{peer[0]}:{peer[1]}" if peer else "unknown"
+        to_client = _hop(loop, session.on_audio)
+        source = StreamSource(self.settings.max_buffer_s, on_marker=_hop(loop, session.on_marker))
+        # Base64 in the sink's thread: the loop only forwards the text.
+        sink = StreamSink(lambda turn, pcm: to_client(turn, base64.b64encode(pcm).decode("ascii")))
+        self.connections.add(ws)
+        try:
+            try:
+                lease = await self._blocking(self.pool.claim, client, source, sink)
+            except Exception:  # the engine could not start a unit: this client only (logged)
+                log.exception("starting a unit for %s failed", client)
+                session.error("server_error", "the server could not start a pipeline for this "
+                              "session", kind="server_error")
+                await outbox.close()
+                await ws.close(code=WSCloseCode.INTERNAL_ERROR, message=b"no pipeline")
+                return ws
+            if lease is None:
+                log.info("refused %s: all %d pipelines are in use", client, self.pool.size)
+                session.error("session_limit_reached", f"all {self.pool.size} pipelines are in "
+                              "use; try again later")
+                await outbox.close()
+                await ws.close(code=WSCloseCode.TRY_AGAIN_LATER, message=b"session limit reached")
+                return ws
+            await self._serve(ws, session, lease, source, loop)
+        finally:
+            self.connections.discard(ws)
+            await outbox.close()
+        return ws
+
+    async def _serve(self, ws, session: RealtimeSession, lease, source, loop) -> None:
+        on_event = _hop(loop, session.on_event)
+        unit = lease.unit
+
+        def listen(event: Event) -> None:  # on stage threads: filter, then hop
+            if event.unit == unit:
+                on_event(event)
+
+        unsubscribe = self.engine.subscribe(listen)
+        try:
+            session.attach(lease.pipeline, source, unit_number=unit, check_voice=self._check_voice,
+                           metrics=self.engine.metrics, parley=self._parley_info())
+            async for message in ws:
+                if message.type is WSMsgType.TEXT:
+                    await session.handle_text(message.data)
+                elif message.type is WSMsgType.BINARY:
+                    session.error("invalid_json", "binary frames carry no Realtime events: send "
+                                  "JSON text")
+                elif message.type is WSMsgType.ERROR:
+                    log.info("unit %d: connection error: %s", unit, ws.exception())
+                    break
+        finally:
+            session.close()
+            unsubscribe()
+            await self._blocking(self.pool.release, lease)
+
+    async def _on_shutdown(self, app: web.Application) -> None:
+        await asyncio.gather(*(ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutting down")
+                               for ws in list(self.connections)), return_exceptions=True)

@@ -1,0 +1,144 @@
+"""``parley-cli serve``: the realtime server in the foreground until Ctrl-C or SIGTERM.
+
+The settings are checked (a non-loopback host needs an API key, the port must be free,
+aiohttp must be installed) before any model loads; then the engine loads once, with
+progress on stderr, and one line says where it serves:
+``serving on ws://HOST:PORT/v1/realtime (N pipelines)``. On Ctrl-C or SIGTERM every
+connection is closed, every unit stopped and the models released; the exit status is 0.
+
+``engine.cli`` builds the subcommand from ``add_serve_arguments`` and calls
+``run_serve``; this module never imports the command line back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+
+from typing import TYPE_CHECKING
+
+from engine.config import EngineConfig
+from engine.errors import ConfigError
+from engine.server import require_aiohttp
+from engine.server.settings import MIB, ServerSettings, check_address
+
+if TYPE_CHECKING:
+    from engine.engine import Engine
+
+API_KEY_ENV = "PARLEY_API_KEY"
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """The server's own flags (the engine settings are added by the caller)."""
+    group = parser.add_argument_group("server")
+    group.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default 127.0.0.1; any other than 127.0.0.1, "
+                            "::1 or localhost needs an API key)")
+    group.add_argument("--port", type=int, default=8765, help="TCP port (default 8765; 0: any free)")
+    group.add_argument("--num-pipelines", type=int, default=1, metavar="N",
+                       help="pipeline units over one set of models: at most N clients at once "
+                            "(default 1)")
+    group.add_argument("--api-key", default=None, metavar="KEY",
+                       help=f"require 'Authorization: Bearer KEY' (prefer the {API_KEY_ENV} "
+                            "environment variable: a flag shows in the process list)")
+    group.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                       help="a browser origin allowed to connect, e.g. http://localhost:3000 "
+                            "(repeatable; requests with any other Origin header are refused)")
+    group.add_argument("--max-message-bytes", type=int, default=MIB, metavar="BYTES",
+                       help="largest client message answered normally (default 1 MiB; bigger "
+                            "ones get an error event, 4x this closes the connection)")
+    group.add_argument("--max-buffer-s", type=float, default=15.0, metavar="SECONDS",
+                       help="input audio a session may have waiting for its pipeline (default 15)")
+    group.add_argument("--max-events-per-s", type=float, default=200.0, metavar="RATE",
+                       help="client events per second per session (default 200)")
+
+
+def settings_from_args(args: argparse.Namespace, environ: dict | None = None) -> ServerSettings:
+    """ServerSettings from the flags; the API key falls back to PARLEY_API_KEY."""
+    environ = os.environ if environ is None else environ
+    key = args.api_key if args.api_key is not None else environ.get(API_KEY_ENV) or None
+    return ServerSettings(host=args.host, port=args.port, num_pipelines=args.num_pipelines,
+                          api_key=key, allow_origins=tuple(args.allow_origin),
+                          max_message_bytes=args.max_message_bytes, max_buffer_s=args.max_buffer_s,
+                          max_events_per_s=args.max_events_per_s)
+
+
+def server_config(config: EngineConfig, args: argparse.Namespace, units: int) -> EngineConfig:
+    """The engine settings of a server: ``units`` pipelines, live transcription on (the
+    Realtime API streams the user's words) unless the flag turned it off."""
+    asked = getattr(args, "units", None)
+    if asked is not None and int(asked) != units:
+        raise ConfigError(f"--units {asked}: a server's units are its pipelines; use "
+                          f"--num-pipelines {asked}")
+    overrides: dict = {"units": units}
+    if getattr(args, "turns.live_transcription", None) is None:
+        overrides["turns.live_transcription"] = True
+    return config.with_overrides(overrides)
+
+
+def _progress(stage: str, fraction: float | None, text: str) -> None:
+    pct = "" if fraction is None else f" {fraction * 100:3.0f}%"
+    print(f"[{stage}{pct}] {text}", file=sys.stderr, flush=True)
+
+
+def load_server_engine(config: EngineConfig) -> Engine:
+    """Resolve placements (errors before anything loads), show them, load the models once."""
+    # Imported here: building the parser (every parley-cli command) imports this module.
+    from engine.engine import Engine
+    from engine.recording import uses_bundled_stack
+
+    engine = Engine(config)
+    for placement in engine.placements.values():
+        print(f"[{placement.stage}] {placement.describe()}", file=sys.stderr)
+    for note in engine.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if uses_bundled_stack(engine):
+        print("note: using the bundled offline stack", file=sys.stderr)
+    if engine.mlx_in_use and config.units > 1 and config.turns.live_transcription:
+        print(f"note: live transcription is off: {config.units} pipeline units share the MLX "
+              "lock, and partial transcripts would hold it while the other units wait",
+              file=sys.stderr)
+    started = time.perf_counter()
+    engine.load(_progress)
+    print(f"models ready in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+    return engine
+
+
+def _wait_for_signal() -> None:
+    """Block until Ctrl-C or SIGTERM."""
+    stop = threading.Event()
+    handlers = {sig: signal.signal(sig, lambda *_: stop.set())
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        for sig, old in handlers.items():
+            signal.signal(sig, old)
+
+
+def run_serve(args: argparse.Namespace, config: EngineConfig) -> int:
+    """Serve until interrupted; returns the exit status."""
+    settings = settings_from_args(args)
+    settings.check()
+    require_aiohttp()
+    check_address(settings)
+    engine = load_server_engine(server_config(config, args, settings.num_pipelines))
+    from engine.server.runner import ServerThread  # imports aiohttp
+
+    server = ServerThread(engine, settings)
+    try:
+        server.start()
+        print(f"serving on {server.url} ({settings.num_pipelines} "
+              f"pipeline{'s' if settings.num_pipelines != 1 else ''})", file=sys.stderr, flush=True)
+        _wait_for_signal()
+        print("stopping: closing connections", file=sys.stderr, flush=True)
+    finally:
+        if not server.stop(15.0):
+            print("warning: the server thread did not stop in time", file=sys.stderr)
+        engine.close()
+    return 0

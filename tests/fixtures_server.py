@@ -1,0 +1,131 @@
+"""Helpers for the realtime server's tests: ports, audio as the Realtime API sends it,
+raw WebSocket clients, an offline engine, and ``parley-cli serve`` as a subprocess.
+
+Import what a module needs with ``from tests.fixtures_server import ...``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def to_pcm16_24k(audio: np.ndarray, rate: int) -> bytes:
+    """float audio at ``rate`` -> PCM16 little-endian at 24 kHz, as a client sends it."""
+    import soxr
+
+    resampled = soxr.resample(audio.astype(np.float32), rate, 24000) if rate != 24000 else audio
+    return (np.clip(resampled, -1, 1) * 32767).round().astype("<i2").tobytes()
+
+
+def pcm16_to_float(pcm: bytes) -> np.ndarray:
+    return np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def append_event(pcm: bytes) -> str:
+    return json.dumps({"type": "input_audio_buffer.append", "audio": b64(pcm)})
+
+
+def text_item(text: str) -> dict:
+    return {"type": "conversation.item.create",
+            "item": {"type": "message", "role": "user",
+                     "content": [{"type": "input_text", "text": text}]}}
+
+
+async def recv_json(ws, timeout: float = 30.0) -> dict:
+    """The next event of a raw ``websockets`` connection, decoded."""
+    return json.loads(await asyncio.wait_for(ws.recv(), timeout))
+
+
+async def recv_until(ws, kind: str, timeout: float = 60.0) -> tuple[dict, list[dict]]:
+    """Receive until an event of type ``kind``; returns it and every event seen before."""
+    seen: list[dict] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        event = await recv_json(ws, max(0.1, deadline - time.monotonic()))
+        if event["type"] == kind:
+            return event, seen
+        seen.append(event)
+
+
+@pytest.fixture(scope="module")
+def server_engine():
+    """An engine on the bundled offline stack with room for three units, loaded once per
+    module; closed at the end."""
+    from engine.config import EngineConfig
+    from engine.engine import Engine
+    from engine.hub import HubStatus
+
+    config = EngineConfig().with_overrides({"units": 3, "turns.live_transcription": True})
+    engine = Engine(config, hub=HubStatus(offline=True))
+    engine.load()
+    yield engine
+    engine.close()
+
+
+class ServeProcess:
+    """``parley-cli serve`` in a subprocess; stderr is read by a thread and kept."""
+
+    def __init__(self, *args: str, env: dict | None = None) -> None:
+        full_env = {k: v for k, v in os.environ.items() if k != "PARLEY_API_KEY"}
+        full_env.update({"HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(env or {})})
+        self.proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "serve", *args],
+                                     cwd=ROOT, env=full_env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self._ready = threading.Event()
+        self._reader = threading.Thread(target=self._read, name="serve-stderr", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stderr:
+            self.lines.append(line.rstrip("\n"))
+            if line.startswith("serving on "):
+                self._ready.set()
+        self._ready.set()  # the process ended: stop waiting
+
+    @property
+    def stderr(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_ready(self, timeout: float) -> None:
+        if not self._ready.wait(timeout) or self.proc.poll() is not None:
+            self.stop()
+            raise AssertionError(f"parley-cli serve did not start:\n{self.stderr}")
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM, then wait; returns the exit status. Idempotent."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._reader.join(10)
+        self.proc.stderr.close()
+        return self.proc.returncode

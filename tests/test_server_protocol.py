@@ -1,0 +1,402 @@
+"""RealtimeSession with fakes: client events in, server events out, no models, no sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+
+import numpy as np
+import pytest
+
+from engine.audio.base import InputMarker
+from engine.config import BargeIn, EndOfTurn, EngineConfig
+from engine.errors import ConfigError
+from engine.events import (EngineError, FinalTranscript, PartialTranscript, ReplyText, TurnCancelled,
+                           TurnFinished, UserSpeaking)
+from engine.metrics import Figure, Mark, TurnRecord
+from engine.server.limits import TokenBucket
+from engine.server.protocol import RealtimeSession
+from engine.server.settings import ServerSettings
+from engine.server.stream_audio import StreamSource, float_to_pcm16
+from tests.fixtures_server import text_item
+
+
+class FakeUnit:
+    """What a session needs of a PipelineUnit, recording the calls."""
+
+    def __init__(self, session_box: list | None = None) -> None:
+        self.config = EngineConfig().with_overrides({"turns.live_transcription": True})
+        self.applied: list[EngineConfig] = []
+        self.said: list[str] = []
+        self.interrupts = 0
+        self.fail_apply = False
+        self.during_say = None  # called inside say(), before its turn id is returned
+
+    def apply(self, config, models):
+        if self.fail_apply:
+            raise RuntimeError("boom")
+        self.config = config
+        self.applied.append(config)
+
+    def say(self, text):
+        self.said.append(text)
+        if self.during_say:
+            self.during_say(100 + len(self.said))
+        return 100 + len(self.said)
+
+    def interrupt(self):
+        self.interrupts += 1
+
+
+class FakeTts:
+    def check_voice(self, voice):
+        if voice not in ("auto", "joe"):
+            raise ConfigError(f"'tts.voice' = {voice!r} is not a speaker of this voice")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+async def run_now(fn, *args):
+    return fn(*args)
+
+
+def make(settings: ServerSettings | None = None, clock=None, source: StreamSource | None = None):
+    sent: list[dict] = []
+    session = RealtimeSession(sent.append, settings or ServerSettings(), run_now,
+                              **({"clock": clock} if clock else {}))
+    unit = FakeUnit()
+    source = source or StreamSource()
+    session.attach(unit, source, unit_number=3, check_voice=FakeTts().check_voice,
+                   parley={"notes": ["a note"]})
+    return session, unit, source, sent
+
+
+def handle(session, event) -> None:
+    asyncio.run(session.handle_text(event if isinstance(event, str) else json.dumps(event)))
+
+
+def types(sent) -> list[str]:
+    return [e["type"] for e in sent]
+
+
+def last_error(sent) -> dict:
+    errors = [e for e in sent if e["type"] == "error"]
+    assert errors, f"no error event in {types(sent)}"
+    return errors[-1]["error"]
+
+
+def pcm_b64(seconds: float) -> str:
+    return base64.b64encode(float_to_pcm16(np.zeros(round(seconds * 24000), np.float32))).decode()
+
+
+# ---------------------------------------------------------------------- session
+def test_attach_sends_session_created_with_the_units_settings():
+    _session, _unit, _source, sent = make()
+    assert types(sent) == ["session.created"]
+    session = sent[0]["session"]
+    assert session["type"] == "realtime" and session["id"].startswith("sess_")
+    assert session["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
+    assert session["audio"]["input"]["turn_detection"] == {
+        "type": "server_vad", "threshold": 0.5, "silence_duration_ms": 300, "prefix_padding_ms": 300,
+        "idle_timeout_ms": None, "create_response": True, "interrupt_response": True}
+    assert session["parley"] == {"notes": ["a note"], "unit": 3, "live_transcription": True}
+
+
+def test_session_update_maps_server_vad_instructions_and_voice():
+    session, unit, _source, sent = make()
+    handle(session, {"type": "session.update", "session": {
+        "type": "realtime", "instructions": "Be brief.",
+        "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000},
+                            "turn_detection": {"type": "server_vad", "threshold": 0.7,
+                                               "silence_duration_ms": 500, "prefix_padding_ms": 200}},
+                  "output": {"voice": "joe", "speed": 1.2}}}})
+    assert types(sent)[-1] == "session.updated"
+    config = unit.config
+    assert (config.vad.threshold, config.vad.min_silence_ms, config.vad.pad_ms) == (0.7, 500, 200)
+    assert config.llm.system_prompt == "Be brief."
+    assert (config.tts.voice, config.tts.speed) == ("joe", 1.2)
+    assert config.turns.end_of_turn is EndOfTurn.SILENCE
+    assert sent[-1]["session"]["instructions"] == "Be brief."
+    assert sent[-1]["session"]["audio"]["input"]["turn_detection"]["threshold"] == 0.7
+
+
+def test_turn_detection_null_means_manual_commits_and_no_barge_in():
+    session, unit, _source, sent = make()
+    handle(session, {"type": "session.update", "session": {"audio": {"input": {"turn_detection": None}}}})
+    assert unit.config.turns.end_of_turn is EndOfTurn.MANUAL
+    assert unit.config.turns.barge_in is BargeIn.OFF
+    assert sent[-1]["session"]["audio"]["input"]["turn_detection"] is None
+    handle(session, {"type": "session.update", "session": {"audio": {"input": {
+        "turn_detection": {"type": "server_vad", "interrupt_response": False}}}}})
+    assert unit.config.turns.end_of_turn is EndOfTurn.SILENCE
+    assert unit.config.turns.barge_in is BargeIn.OFF
+    assert unit.config.vad.threshold == 0.5  # a new server_vad object starts from the defaults
+
+
+@pytest.mark.parametrize(("session_field", "code", "param"), [
+    ({"audio": {"input": {"turn_detection": {"type": "server_vad", "threshold": "high"}}}},
+     "invalid_value", "session.audio.input.turn_detection.threshold"),
+    ({"audio": {"input": {"turn_detection": {"type": "server_vad", "threshold": 5}}}},
+     "invalid_value", "session.audio.input.turn_detection.threshold"),
+    ({"audio": {"input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 1.5}}}},
+     "invalid_value", "session.audio.input.turn_detection.silence_duration_ms"),
+    ({"audio": {"input": {"turn_detection": {"type": "server_vad", "create_response": False}}}},
+     "unsupported", "session.audio.input.turn_detection.create_response"),
+    ({"audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}},
+     "unsupported", "session.audio.input.turn_detection.type"),
+    ({"audio": {"input": {"format": {"type": "audio/pcmu"}}}},
+     "unsupported", "session.audio.input.format.type"),
+    ({"audio": {"output": {"voice": "alloy"}}}, "invalid_value", "session.audio.output.voice"),
+    ({"audio": {"output": {"voice": 7}}}, "invalid_value", "session.audio.output.voice"),
+    ({"instructions": ["not", "text"]}, "invalid_value", "session.instructions"),
+    ({"output_modalities": ["text"]}, "unsupported", "session.output_modalities"),
+    ({"type": "transcription"}, "unsupported", "session.type"),
+])
+def test_bad_session_fields_are_errors_naming_the_field_and_change_nothing(session_field, code, param):
+    session, unit, _source, sent = make()
+    before = unit.config
+    handle(session, {"type": "session.update", "event_id": "evt_1", "session": session_field})
+    error = last_error(sent)
+    assert (error["code"], error["param"], error["event_id"]) == (code, param, "evt_1")
+    assert error["type"] == "invalid_request_error" and error["message"]
+    assert unit.config is before and unit.applied == []
+    handle(session, {"type": "session.update", "session": {}})  # still usable
+    assert types(sent)[-1] == "session.updated"
+
+
+# ---------------------------------------------------------------------- malformed input
+@pytest.mark.parametrize(("message", "code", "param"), [
+    ("{not json", "invalid_json", None),
+    ("[1, 2]", "invalid_json", None),
+    ({"event_id": "e"}, "invalid_value", "type"),
+    ({"type": "no.such.event"}, "unknown_event_type", "type"),
+    ({"type": "input_audio_buffer.append", "audio": "***not base64***"}, "invalid_audio", "audio"),
+    ({"type": "input_audio_buffer.append", "audio": base64.b64encode(b"\x01\x02\x03").decode()},
+     "invalid_audio", "audio"),
+    ({"type": "input_audio_buffer.append", "audio": 12}, "invalid_value", "audio"),
+    ({"type": "conversation.item.create", "item": {"type": "message", "role": "assistant",
+                                                   "content": []}}, "unsupported", "item.role"),
+    ({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [
+        {"type": "input_audio", "audio": ""}]}}, "unsupported", "item.content[0].type"),
+    ({"type": "response.cancel"}, "response_cancel_not_active", None),
+    ({"type": "response.create"}, "no_input", None),
+])
+def test_malformed_events_get_an_error_and_the_session_stays_usable(message, code, param):
+    session, _unit, _source, sent = make()
+    handle(session, message)
+    error = last_error(sent)
+    assert (error["code"], error["param"]) == (code, param)
+    if code == "unknown_event_type":
+        assert "no.such.event" in error["message"]
+    handle(session, {"type": "session.update", "session": {}})
+    assert types(sent)[-1] == "session.updated"
+
+
+def test_oversized_message_is_refused_softly():
+    session, _unit, source, sent = make(ServerSettings(max_message_bytes=2048))
+    handle(session, {"type": "input_audio_buffer.append", "audio": pcm_b64(0.1)})  # 6.4 kB
+    assert last_error(sent)["code"] == "message_too_large"
+    assert source.received_s == 0
+    handle(session, {"type": "input_audio_buffer.append", "audio": pcm_b64(0.02)})
+    assert source.received_s == pytest.approx(0.02) and types(sent).count("error") == 1
+
+
+def test_audio_beyond_the_buffer_is_an_overflow_error_and_is_dropped():
+    session, _unit, source, sent = make(source=StreamSource(max_buffer_s=0.5))
+    handle(session, {"type": "input_audio_buffer.append", "event_id": "a1", "audio": pcm_b64(0.8)})
+    error = last_error(sent)
+    assert (error["code"], error["event_id"]) == ("input_audio_buffer_overflow", "a1")
+    assert source.buffered_s == 0
+    handle(session, {"type": "input_audio_buffer.append", "audio": pcm_b64(0.3)})
+    assert source.buffered_s > 0.2 and types(sent).count("error") == 1
+
+
+def test_rate_limit_drops_events_over_the_budget_and_recovers():
+    clock = Clock()
+    session, _unit, _source, sent = make(ServerSettings(max_events_per_s=5), clock=clock)
+    for _ in range(8):
+        handle(session, {"type": "session.update", "session": {}})
+    assert types(sent).count("session.updated") == 5
+    assert [e["error"]["code"] for e in sent if e["type"] == "error"] == ["rate_limit_exceeded"]
+    clock.t = 1.0  # a second later the bucket is full again
+    handle(session, {"type": "session.update", "session": {}})
+    assert types(sent)[-1] == "session.updated"
+
+
+def test_token_bucket_refills_at_its_rate():
+    clock = Clock()
+    bucket = TokenBucket(10, clock=clock)
+    assert sum(bucket.take() for _ in range(20)) == 10
+    clock.t = 0.35
+    assert sum(bucket.take() for _ in range(20)) == 3
+
+
+def test_a_failing_handler_is_a_server_error_for_this_session_only():
+    session, unit, _source, sent = make()
+    unit.fail_apply = True
+    handle(session, {"type": "session.update", "event_id": "u1", "session": {}})
+    error = sent[-1]
+    assert error["type"] == "error" and error["error"]["type"] == "server_error"
+    assert error["error"]["event_id"] == "u1"
+    unit.fail_apply = False
+    handle(session, {"type": "session.update", "session": {}})
+    assert types(sent)[-1] == "session.updated"
+
+
+# ---------------------------------------------------------------------- a spoken turn
+def record(turn: int, **figures) -> TurnRecord:
+    marks = {Mark.SPEECH_START: 1.0, Mark.SPEECH_END: 3.0, Mark.AUDIO_OUT_FIRST: 3.8}
+    return TurnRecord(3, turn, marks, "hello there", "Hi. How are you?", False, True,
+                      {Figure(k): v for k, v in figures.items()})
+
+
+def test_a_spoken_turn_becomes_the_realtime_event_sequence():
+    session, _unit, _source, sent = make()
+    del sent[:]
+    session.on_event(UserSpeaking(3, 7, True))
+    session.on_event(PartialTranscript(3, 7, "", "hello"))
+    session.on_event(PartialTranscript(3, 7, "hello", "there"))
+    session.on_event(PartialTranscript(3, 7, "hello there", ""))
+    session.on_event(UserSpeaking(3, 7, False))
+    session.on_event(FinalTranscript(3, 7, "Hello there."))
+    session.on_event(ReplyText(3, 7, "Hi."))
+    session.on_audio(7, "AAAA")
+    session.on_event(ReplyText(3, 7, "How are you?"))
+    session.on_audio(7, "BBBB")
+    session.on_event(TurnFinished(3, record(7, llm_history_turns=0)))
+    assert types(sent) == [
+        "input_audio_buffer.speech_started",
+        "conversation.item.input_audio_transcription.delta",
+        "conversation.item.input_audio_transcription.delta",
+        "input_audio_buffer.speech_stopped", "input_audio_buffer.committed",
+        "conversation.item.added", "response.created", "response.output_item.added",
+        "response.content_part.added",
+        "conversation.item.input_audio_transcription.completed",
+        "response.output_audio_transcript.delta", "response.output_audio.delta",
+        "response.output_audio_transcript.delta", "response.output_audio.delta",
+        "response.output_audio.done", "response.output_audio_transcript.done",
+        "response.content_part.done", "response.output_item.done", "response.done"]
+    by = {e["type"]: e for e in sent}
+    item = by["input_audio_buffer.speech_started"]["item_id"]
+    assert by["input_audio_buffer.committed"]["item_id"] == item
+    deltas = [e["delta"] for e in sent if e["type"].endswith("transcription.delta")]
+    assert deltas == ["hello", " there"]  # only confirmed words, appended
+    assert by["conversation.item.input_audio_transcription.completed"]["transcript"] == "Hello there."
+    assert by["conversation.item.input_audio_transcription.completed"]["item_id"] == item
+    transcript = [e["delta"] for e in sent if e["type"] == "response.output_audio_transcript.delta"]
+    assert "".join(transcript) == "Hi. How are you?"
+    response = by["response.done"]["response"]
+    assert response["status"] == "completed" and response["id"].startswith("resp_")
+    assert response["output"][0]["content"][0]["transcript"] == "Hi. How are you?"
+    assert response["parley"]["voice_to_voice_s"] == pytest.approx(0.8)
+    assert response["parley"]["llm_history_turns"] == 0
+    assert {e["response_id"] for e in sent if "response_id" in e} == {response["id"]}
+    ids = [e["event_id"] for e in sent]
+    assert len(set(ids)) == len(ids)
+
+
+def test_barge_in_cancels_the_response_in_flight():
+    session, _unit, _source, sent = make()
+    session.on_event(UserSpeaking(3, 7, True))
+    session.on_event(UserSpeaking(3, 7, False))
+    session.on_event(TurnCancelled(3, 7, "barge-in"))
+    session.on_audio(7, "late")  # audio made before the cut reaches nobody
+    done = [e for e in sent if e["type"] == "response.done"]
+    assert len(done) == 1
+    assert done[0]["response"]["status"] == "cancelled"
+    assert done[0]["response"]["status_details"]["reason"] == "turn_detected"
+    assert "response.output_audio.delta" not in types(sent)
+
+
+def test_response_cancel_interrupts_the_unit():
+    session, unit, _source, sent = make()
+    session.on_event(UserSpeaking(3, 7, True))
+    session.on_event(UserSpeaking(3, 7, False))
+    handle(session, {"type": "response.cancel"})
+    assert unit.interrupts == 1
+    done = [e for e in sent if e["type"] == "response.done"][-1]["response"]
+    assert (done["status"], done["status_details"]["reason"]) == ("cancelled", "client_cancelled")
+    session.on_event(TurnCancelled(3, 0, "barge-in"))  # the interrupt's own event: nothing more
+    assert types(sent).count("response.done") == 1
+
+
+def test_engine_error_is_reported_and_fails_the_active_response():
+    session, _unit, _source, sent = make()
+    session.on_event(UserSpeaking(3, 7, True))
+    session.on_event(UserSpeaking(3, 7, False))
+    session.on_event(EngineError(3, "llm", "out of memory"))
+    error = [e for e in sent if e["type"] == "error"][-1]["error"]
+    assert error["type"] == "server_error" and "llm: out of memory" in error["message"]
+    assert [e for e in sent if e["type"] == "response.done"][-1]["response"]["status"] == "failed"
+
+
+# ---------------------------------------------------------------------- typed messages
+def test_typed_message_is_said_and_events_before_its_turn_id_are_kept():
+    session, unit, _source, sent = make()
+    # The reply starts streaming before say() returns its turn id to the session.
+    unit.during_say = lambda turn: (session.on_event(ReplyText(3, turn, "Hello Ada.")),
+                                    session.on_audio(turn, "QUJD"))
+    handle(session, text_item("My name is Ada."))
+    assert types(sent)[-2:] == ["conversation.item.added", "conversation.item.done"]
+    handle(session, {"type": "response.create"})
+    assert unit.said == ["My name is Ada."]
+    session.on_event(TurnFinished(3, record(101)))
+    assert [e["delta"] for e in sent if e["type"] == "response.output_audio_transcript.delta"] == [
+        "Hello Ada."]
+    assert [e["delta"] for e in sent if e["type"] == "response.output_audio.delta"] == ["QUJD"]
+    assert sent[-1]["type"] == "response.done" and sent[-1]["response"]["status"] == "completed"
+
+
+def test_second_response_while_one_is_active_is_refused():
+    session, unit, _source, sent = make()
+    handle(session, text_item("one"))
+    handle(session, {"type": "response.create"})
+    handle(session, text_item("two"))
+    handle(session, {"type": "response.create"})
+    assert last_error(sent)["code"] == "conversation_already_has_active_response"
+    assert unit.said == ["one"]
+
+
+# ---------------------------------------------------------------------- commit and clear
+def test_commit_with_no_speech_is_an_error_when_the_vad_reaches_it():
+    session, _unit, source, sent = make()
+    handle(session, {"type": "input_audio_buffer.commit", "event_id": "c1"})
+    assert "error" not in types(sent)  # not yet: the VAD has not reached the commit
+    session.on_marker(source.read(0.0).marker)
+    error = last_error(sent)
+    assert (error["code"], error["event_id"]) == ("input_audio_buffer_commit_empty", "c1")
+
+
+def test_manual_commit_answers_the_turn_and_absorbs_the_clients_response_create():
+    session, _unit, source, sent = make()
+    handle(session, {"type": "session.update", "session": {"audio": {"input": {"turn_detection": None}}}})
+    session.on_event(UserSpeaking(3, 9, True))  # no speech_started without turn detection
+    handle(session, {"type": "input_audio_buffer.commit"})
+    handle(session, {"type": "response.create"})  # sent before the VAD reached the commit
+    session.on_marker(source.read(0.0).marker)
+    session.on_event(UserSpeaking(3, 9, False))
+    assert "error" not in types(sent)
+    assert "input_audio_buffer.speech_started" not in types(sent)
+    assert types(sent).count("input_audio_buffer.committed") == 1
+    assert types(sent).count("response.created") == 1
+
+
+def test_clear_forgets_the_turn_in_progress():
+    session, _unit, source, sent = make()
+    session.on_event(UserSpeaking(3, 4, True))
+    handle(session, {"type": "input_audio_buffer.clear"})
+    marker = source.read(0.0).marker
+    assert marker is InputMarker.CLEAR
+    session.on_marker(marker)
+    session.on_event(UserSpeaking(3, 4, False))  # the VAD's clear ends the speech...
+    session.on_event(TurnCancelled(3, 4, "cleared"))
+    assert "input_audio_buffer.cleared" in types(sent)
+    assert "input_audio_buffer.committed" not in types(sent)  # ...without committing it
+    assert "response.created" not in types(sent)
