@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     conv.add_argument("--fast", action="store_true",
                       help="feed the recording as fast as possible instead of at real time")
+    conv.add_argument("--no-history", action="store_true",
+                      help="do not store the turns in the conversation history")
     add_config_flags(conv)
 
     dev = sub.add_parser("devices", help="list compute devices and sound cards")
@@ -80,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
                                          "(/v1/realtime), one pipeline unit per client")
     add_serve_arguments(serve)
     add_config_flags(serve)
+
+    from engine.cli_history import add_history_parser  # light: sqlite3 only
+
+    add_history_parser(sub)
     return parser
 
 
@@ -108,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             if args.runs < 1:
                 raise ParleyError(f"--runs must be at least 1; got {args.runs}")
             return run_bench(args, config_from_args(args))
+        if args.command == "history":
+            from engine.cli_history import run_history
+
+            return run_history(args)
         if args.command == "serve":
             from engine.server.cli import run_serve
 

@@ -19,6 +19,7 @@ from engine.cli_output import write_json
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.errors import AudioInputError, NoSpeechError, ParleyError
+from engine.history import HistoryStore, record_history
 from engine.events import EngineError, Event, FinalTranscript, ReplyText
 from engine.recording import load_engine, run_recording, uses_bundled_stack
 from engine.report import bench_summary, format_bench, format_turn, placement_dict, turn_dict
@@ -78,13 +79,25 @@ def run_converse(args: argparse.Namespace, config: EngineConfig) -> int:
     _check_output(args.output)
     if args.fast:  # without a real-time clock every turn would barge into the last reply
         config = config.with_overrides({"turns.barge_in": "off"})
-    engine = prepare_engine(config)
+    store = None if args.no_history else HistoryStore()  # a broken history fails before loading
+    if store is not None and store.notice:
+        print(f"parley-cli: note: {store.notice}", file=sys.stderr)
     try:
-        turns, errors = run_recording(engine, audio, args.output, not args.fast, _echo(not args.json))
-        placements = [placement_dict(p, getattr(engine.models.get(s), "actual_device", None))
-                      for s, p in engine.placements.items()]
+        engine = prepare_engine(config)
+        recorder = (record_history(engine, f"converse:{Path(args.input).resolve()}", store)
+                    if store else None)
+        try:
+            turns, errors = run_recording(engine, audio, args.output, not args.fast,
+                                          _echo(not args.json))
+            placements = [placement_dict(p, getattr(engine.models.get(s), "actual_device", None))
+                          for s, p in engine.placements.items()]
+        finally:
+            for problem in recorder.close() if recorder else ():
+                print(f"parley-cli: warning: {problem}", file=sys.stderr)
+            engine.close()
     finally:
-        engine.close()
+        if store is not None:
+            store.close()
     if not turns:
         raise NoSpeechError(f"no speech found in {args.input} ({audio.size / 16000:.1f} s of audio): "
                             "no turn was taken")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Converted models (SmolLM2 from GGUF, ~30 s) are kept between runs in the checkout.
 os.environ.setdefault("PARLEY_CACHE_DIR", str(ROOT / ".cache" / "parley-test"))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# The conversation history goes to a throw-away folder, never the user's data folder.
+os.environ["PARLEY_DATA_DIR"] = tempfile.mkdtemp(prefix="parley-test-data-")
 
 
 # The recordings are part of the checkout (resources/audio/SOURCES.md), never looked up
