@@ -106,13 +106,18 @@ class LevelMeter(QWidget):
         self.db = self.FLOOR_DB
 
     def set_level(self, rms: float, active: bool, passing: bool = True) -> None:
-        """``rms`` 0..1 of the latest block; ``active`` False when no microphone is open."""
+        """``rms`` 0..1 of the latest block; ``active`` False when no microphone is open.
+
+        Clamped to the scale: anything above full scale (a faulty device, an infinity)
+        shows 0 dB, anything below the floor (or NaN) the floor.
+        """
         if not active:
             self.db = self.FLOOR_DB
             self.bar.set_value(0.0)
             self.text.setText("mic off")
             return
-        self.db = max(self.FLOOR_DB, 20 * math.log10(rms)) if rms > 0 else self.FLOOR_DB
+        db = 20 * math.log10(rms) if rms > 0 else self.FLOOR_DB  # NaN > 0 is False
+        self.db = min(0.0, max(self.FLOOR_DB, db))
         fraction = (self.db - self.FLOOR_DB) / -self.FLOOR_DB
         color = theme.BAD if self.db > -3 else theme.WARN if self.db > -12 else theme.GOOD
         self.bar.set_value(fraction, color=color if passing else theme.MUTED)
@@ -288,6 +293,15 @@ class QueueMeter(QGroupBox):
         return self._rows[name]
 
 
+def end_of_turn_text(record) -> str:
+    """The learned end-of-turn decision of a turn, with the signals it weighed."""
+    signals = "  ".join(f"{name} {record.value(figure):.2f}" for name, figure in (
+        ("audio", Figure.EOT_AUDIO_P), ("text", Figure.EOT_TEXT_P))
+        if record.value(figure) is not None)
+    decision = "early" if record.value(Figure.EOT_EARLY) else "after the grace"
+    return f"{decision}  ({signals})" if signals else decision
+
+
 class LastTurnMeter(QGroupBox):
     """The figures of the latest finished turn: where its voice-to-voice time went."""
 
@@ -295,7 +309,8 @@ class LastTurnMeter(QGroupBox):
             (Figure.STT_COMPUTE_S, "STT compute"),
             (Figure.LLM_FIRST_CHUNK_COMPUTE_S, "LLM to first clause"),
             (Figure.TTS_FIRST_COMPUTE_S, "TTS first chunk"), (Figure.LLM_TOKENS_PER_S, "LLM decode"),
-            (Figure.STT_RTF, "STT real-time factor"), (Figure.TTS_RTF, "TTS real-time factor"))
+            (Figure.STT_RTF, "STT real-time factor"), (Figure.TTS_RTF, "TTS real-time factor"),
+            (Figure.EOT_EARLY, "End of turn"))
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__("Last turn", parent)
@@ -326,6 +341,8 @@ class LastTurnMeter(QGroupBox):
             value = t.value(key)
             if value is None:
                 label.setText("—")
+            elif key is Figure.EOT_EARLY:
+                label.setText(end_of_turn_text(t))
             elif key is Figure.LLM_TOKENS_PER_S:
                 tokens = t.value(Figure.LLM_TOKENS) or 0
                 label.setText(f"{value:.1f} tokens/s  ({tokens:.0f} tokens)")

@@ -3,7 +3,11 @@ and speaker; progressive transcription; every other EngineConfig field under Adv
 ``units``: several pipeline units run only in realtime mode, set on the Server tab.
 
 Device dropdowns list exactly what discovery reports; a device that is not present, or
-that the chosen backend cannot use, is disabled with a tooltip saying why. Apply emits the
+that the chosen backend cannot use, is disabled with a tooltip saying why. A stage whose
+``base_url`` is set (STT, LLM, TTS) also lists its server as ``remote: host · server ·
+model``, probed off the GUI thread (when the panel shows a config, and again shortly
+after its base_url, key variable, backend or model is edited): a server that does not
+answer, refuses the key or does not list the model is disabled with the reason. Apply emits the
 new EngineConfig (built through ``with_overrides``, so it is validated like any config);
 a ConfigError shows as a message and nothing changes. Above the buttons, the panel says
 for every edit not yet applied what applying it will do ("applies now", "reloads the STT
@@ -12,7 +16,9 @@ model"), as ``engine.config_diff`` decides it.
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+import threading
+
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGridLayout,
                                QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton,
                                QScrollArea, QSpinBox, QVBoxLayout, QWidget)
@@ -21,14 +27,25 @@ from app.settings_fields import editor_value, field_label, make_editor, set_edit
 from engine.backends import BackendRegistry
 from engine.config import STAGES, EngineConfig, config_fields
 from engine.config_diff import ConfigDiff, diff_configs
+from engine.devices import Device, DeviceInfo
 from engine.errors import ConfigError
 
 AUTO = "auto"
 STAGE_TITLES = {"vad": "Voice detection", "stt": "Speech to text", "llm": "Language model",
                 "tts": "Text to speech"}
 PTT_KEYS = ("Space", "F8", "F9", "F10", "Insert", "Pause")
-_MAIN_FIELDS = {"device", "turns.live_transcription", "turns.barge_in", "audio.input_device",
-                "audio.output_device"} | {f"{s}.{k}" for s in STAGES for k in ("backend", "model", "device")}
+#: Shown in the Conversation group, read and written like the Advanced fields.
+_CONVERSATION_FIELDS = (("turns.end_of_turn", "End of turn"),
+                        ("turns.end_of_turn_threshold", "End-of-turn threshold"),
+                        ("audio.echo_cancellation", "Echo cancellation"))
+_MAIN_FIELDS = ({"device", "turns.live_transcription", "turns.barge_in", "audio.input_device",
+                 "audio.output_device"} | {d for d, _text in _CONVERSATION_FIELDS}
+                | {f"{s}.{k}" for s in STAGES for k in ("backend", "model", "device")})
+#: Stages that can run on a remote server, and the settings whose edits probe it again.
+REMOTE_STAGES = ("stt", "llm", "tts")
+_PROBE_KEYS = ("base_url", "api_key_env", "timeout_s")
+PROBE_DELAY_MS = 600  # after the last keystroke in a base_url: probe then, not per key
+_REMOTE = Device("remote")
 #: Settings the desktop panel does not show: several pipeline units run only in realtime
 #: mode, whose pipelines are set on the Server tab (``app.server_panel``).
 _NOT_SHOWN = {"units"}
@@ -47,6 +64,8 @@ class SettingsPanel(QWidget):
     audio_device_chosen = Signal(str, str)  # "input"/"output", device setting
     refresh_requested = Signal()
     ptt_key_changed = Signal(str)
+    remote_probed = Signal(object)  # {stage: DeviceInfo} of the servers last probed
+    _remote_found = Signal(object, int)  # from the probe thread: infos, probe number
 
     def __init__(self, config: EngineConfig, devices=None, audio_devices=None,
                  registry: BackendRegistry | None = None, parent: QWidget | None = None) -> None:
@@ -63,6 +82,15 @@ class SettingsPanel(QWidget):
         self.device: dict[str, QComboBox] = {}
         self.fields: dict[str, QWidget] = {}
         self._filling = False  # set_config is filling the widgets: no pending-change updates
+        self.remote: dict[str, DeviceInfo] = {}  # stage -> its probed server
+        self._remote_urls: dict[str, str] = {}  # stage -> base_url being probed or probed
+        self._probe_number = 0
+        self._probe_thread: threading.Thread | None = None
+        self._probe_timer = QTimer(self)
+        self._probe_timer.setSingleShot(True)
+        self._probe_timer.setInterval(PROBE_DELAY_MS)
+        self._probe_timer.timeout.connect(self.probe_remote)
+        self._remote_found.connect(self._remote_probed, Qt.ConnectionType.QueuedConnection)
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         columns = QHBoxLayout()
@@ -79,6 +107,13 @@ class SettingsPanel(QWidget):
         outer.addLayout(self._buttons())
         for editor in self._editors():
             _on_edit(editor, self._update_pending)
+        for stage in REMOTE_STAGES:
+            for key in _PROBE_KEYS:
+                editor = self.fields.get(f"{stage}.{key}")
+                if editor is not None:
+                    _on_edit(editor, self._probe_later)
+            _on_edit(self.backend[stage], self._probe_later)
+            _on_edit(self.model[stage], self._probe_later)
         self.set_config(config)
 
     # ------------------------------------------------------------------ building
@@ -169,6 +204,12 @@ class SettingsPanel(QWidget):
         fields = {d: (f, t) for d, f, t in config_fields()}
         self.barge_in = make_editor("turns.barge_in", *fields["turns.barge_in"])
         form.addRow("Interruptions", self.barge_in)
+        # Turn-taking and echo switches are here, not under Advanced: they decide how the
+        # conversation feels (how soon Parley answers, whether it can be interrupted aloud).
+        for dotted, text in _CONVERSATION_FIELDS:
+            if dotted in fields:
+                editor = self.fields[dotted] = make_editor(dotted, *fields[dotted])
+                form.addRow(text, editor)
         self.ptt_key = QComboBox()
         self.ptt_key.setObjectName("pttKey")
         self.ptt_key.addItems(PTT_KEYS)
@@ -247,12 +288,73 @@ class SettingsPanel(QWidget):
 
     # ------------------------------------------------------------------ devices
     def set_devices(self, devices) -> None:
-        """Fill every device dropdown from discovery (a list of DeviceInfo)."""
-        self.devices = list(devices)
+        """Fill every device dropdown from discovery (a list of DeviceInfo); the remote
+        servers the settings name are probed again."""
+        self.devices = [d for d in devices if d.device.kind != "remote"]
         self._fill_device_combo(self.global_device, None, self.config.device)
         for stage in STAGES:
             self._fill_device_combo(self.device[stage], stage, getattr(self.config, stage).device)
         self._update_pending()
+        self.probe_remote()
+
+    # ------------------------------------------------------------------ remote servers
+    def _probe_later(self) -> None:
+        if not self._filling:
+            self._probe_timer.start()
+
+    def probe_remote(self) -> None:
+        """Probe the servers the edited settings name, on a short-lived thread; the device
+        dropdowns show the outcome when it comes (a newer probe supersedes it)."""
+        self._probe_timer.stop()
+        try:
+            config = self.config_from_widgets()
+        except ConfigError:
+            return  # a value being typed is not valid yet: probe once it is
+        urls = {s: getattr(config, s).base_url.strip() for s in REMOTE_STAGES
+                if getattr(config, s).base_url.strip()}
+        self._probe_number += 1
+        number = self._probe_number
+        self._remote_urls = urls
+        self.remote = {s: info for s, info in self.remote.items() if s in urls}
+        self._refill_remote()
+        if not urls:
+            return
+
+        def run() -> None:
+            from engine.devices import discover_remote
+
+            try:
+                infos = {i.stages[0]: i for i in discover_remote(config)}
+            except Exception as exc:  # noqa: BLE001 - shown in the dropdown, never raised
+                infos = {s: DeviceInfo(_REMOTE, urls[s], False, f"probe failed: {exc}", stages=(s,))
+                         for s in urls}
+            try:
+                self._remote_found.emit(infos, number)
+            except RuntimeError:  # the panel was closed while probing
+                pass
+
+        self._probe_thread = threading.Thread(target=run, name="parley-remote-probe", daemon=True)
+        self._probe_thread.start()
+
+    def stop_probing(self, timeout: float = 10.0) -> bool:
+        """Cancel a probe not started yet and wait for a running one (closing, tests);
+        True if none runs now."""
+        self._probe_timer.stop()
+        thread = self._probe_thread
+        if thread is not None:
+            thread.join(timeout)
+        return thread is None or not thread.is_alive()
+
+    def _remote_probed(self, infos: dict, number: int) -> None:
+        if number != self._probe_number:
+            return  # a newer probe is on its way
+        self.remote = dict(infos)
+        self._refill_remote()
+        self.remote_probed.emit(dict(self.remote))
+
+    def _refill_remote(self) -> None:
+        for stage in REMOTE_STAGES:
+            self._fill_device_combo(self.device[stage], stage, getattr(self.config, stage).device)
 
     def _supported_kinds(self, stage: str) -> tuple[set[str], str]:
         """Device kinds the stage's chosen backend runs on, and a phrase naming it."""
@@ -269,7 +371,7 @@ class SettingsPanel(QWidget):
         combo.clear()
         combo.addItem("auto — best available", AUTO)
         kinds, who = self._supported_kinds(stage) if stage else (None, "")
-        for info in self.devices:
+        for info in [*self.devices, *self._remote_entries(stage)]:
             combo.addItem(info.label, str(info.device))
             i = combo.count() - 1
             why = None
@@ -287,6 +389,18 @@ class SettingsPanel(QWidget):
             combo.model().item(index).setEnabled(not self.devices)  # else: still discovering
         combo.setCurrentIndex(index)
         combo.blockSignals(False)
+
+    def _remote_entries(self, stage: str | None) -> list[DeviceInfo]:
+        """The stage's server, as probed (or being probed), if its base_url is set."""
+        if stage not in REMOTE_STAGES or stage not in self._remote_urls:
+            return []
+        info = self.remote.get(stage)
+        if info is None:
+            url = self._remote_urls[stage]
+            return [DeviceInfo(_REMOTE, f"{url} (checking…)", False,
+                               f"checking {url}: is it reachable, does it list the model?",
+                               stages=(stage,))]
+        return [info]
 
     def _backend_changed(self, stage: str) -> None:
         self._fill_models(stage, self.model[stage].currentText() or AUTO)
@@ -362,6 +476,7 @@ class SettingsPanel(QWidget):
         finally:
             self._filling = False
         self._update_pending()
+        self.probe_remote()
 
     def _fill_widgets(self, config: EngineConfig) -> None:
         for stage in STAGES:

@@ -60,8 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="do not store the turns in the conversation history")
     add_config_flags(conv)
 
-    dev = sub.add_parser("devices", help="list compute devices and sound cards")
+    dev = sub.add_parser("devices", help="list compute devices, remote servers and sound cards")
     dev.add_argument("--json", action="store_true")
+    add_config_flags(dev)  # a stage's base_url (--llm-base-url...) lists its server, probed
 
     bench = sub.add_parser("bench", help="per-stage and voice-to-voice latency, models preloaded "
                                          "(`bench serve --help`: the realtime server)")
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "devices":
             from engine.cli_devices import run_devices
 
-            return run_devices(args.json)
+            return run_devices(args.json, config_from_args(args))
         if args.command == "converse":
             from engine.cli_converse import run_converse
 

@@ -1,4 +1,7 @@
-"""``parley-cli devices``: compute devices (with memory) and sound cards."""
+"""``parley-cli devices``: compute devices (with memory), remote servers and sound cards.
+
+A stage whose ``base_url`` is set (``--llm-base-url``, ``[llm] base_url`` in a config
+file) lists its server as a ``remote`` device, probed now: available, or why not."""
 
 from __future__ import annotations
 
@@ -6,7 +9,8 @@ import dataclasses
 import sys
 
 from engine.cli_output import write_json
-from engine.devices import discover_devices
+from engine.config import EngineConfig
+from engine.devices import discover_devices, discover_remote
 from engine.memory import sample_memory
 
 
@@ -14,7 +18,8 @@ def _gib(n: int | None) -> str:
     return "-" if n is None else f"{n / 2**30:.2f} GiB"
 
 
-def run_devices(as_json: bool) -> int:
+def run_devices(as_json: bool, config: EngineConfig | None = None) -> int:
+    remote = discover_remote(config) if config is not None else []
     devices = discover_devices()
     present = {str(d.device) for d in devices if d.available}
     memory = {m.device: m for m in sample_memory(present)}
@@ -32,7 +37,9 @@ def run_devices(as_json: bool) -> int:
                          "memory": ({"used_bytes": memory[str(d.device)].used_bytes,
                                      **memory[str(d.device)].extra}
                                     if str(d.device) in memory else None)}
-                        for d in devices],
+                        for d in devices]
+                       + [{"device": str(d.device), "name": d.name, "available": d.available,
+                           "reason": d.reason, "stages": list(d.stages)} for d in remote],
             "audio_inputs": [dataclasses.asdict(i) for i in inputs],
             "audio_outputs": [dataclasses.asdict(o) for o in outputs],
             "audio_error": audio_error,
@@ -49,6 +56,9 @@ def run_devices(as_json: bool) -> int:
             line += (f" [active {_gib(reading.used_bytes)}, peak {_gib(reading.extra['peak'])}, "
                      f"cache {_gib(reading.extra['cache'])}]")
         print(line)
+    for d in remote:
+        state = "available" if d.available else f"not available: {d.reason}"
+        print(f"  {d.label} — {', '.join(d.stages)} — {state}")
     print("Sound inputs:" if inputs else "Sound inputs: none found")
     for i in inputs:
         print(f"  {i.label}")

@@ -23,8 +23,18 @@ _AUTO = "auto"
 class EndOfTurn(enum.Enum):
     """What ends the user's turn."""
 
+    AUTO = "auto"  # learned where its model is installed, else silence (and a note says so)
+    LEARNED = "learned"  # after a short silence, an audio model and the LLM judge; grace caps it
     SILENCE = "silence"  # min_silence_ms of silence, then the reopen grace
     MANUAL = "manual"  # only an explicit commit (a Realtime client with turn_detection null)
+
+
+class EchoCancellation(enum.Enum):
+    """Whether captured audio is cleaned of the reply's own sound (``engine/audio/echo.py``)."""
+
+    AUTO = "auto"  # on where livekit is installed and the reply plays on a speaker
+    ON = "on"  # always (a missing livekit is an error that gives the pip command)
+    OFF = "off"
 
 
 class BargeIn(enum.Enum):
@@ -69,6 +79,17 @@ class SttConfig:
         metadata=_range(help="compute type (auto, float32, float16, int8)"))
     language: str = field(default="en", metadata=_range(help="spoken language", runtime=True))
     beam_size: int = field(default=1, metadata=_range(1, 10, "beam width", runtime=True))
+    # A remote stage (backend 'openai', device 'remote'): an OpenAI-compatible server.
+    base_url: str = field(default="", metadata=_range(
+        help="OpenAI-compatible server for the remote backend, e.g. http://gpu-box:8000/v1"))
+    api_key_env: str = field(default="", metadata=_range(
+        help="environment variable holding that server's API key (empty: send none)"))
+    timeout_s: float = field(default=30.0,
+        metadata=_range(0.5, 600.0, "seconds a remote request may wait for the server"))
+    retries: int = field(default=1,
+        metadata=_range(0, 5, "retries of a failed remote request (never after its first output)"))
+    stream: bool = field(default=True,
+        metadata=_range(help="ask a remote server to stream the transcript (where it can)"))
 
 
 @dataclass(frozen=True)
@@ -96,6 +117,15 @@ class LlmConfig:
         metadata=_range(1.0, 3.0, "penalty on repeated tokens", runtime=True))
     no_repeat_ngram_size: int = field(default=4,
         metadata=_range(0, 20, "forbid repeating n-grams (0 off)", runtime=True))
+    # A remote stage (backend 'openai', device 'remote'): an OpenAI-compatible server.
+    base_url: str = field(default="", metadata=_range(
+        help="OpenAI-compatible server for the remote backend, e.g. http://gpu-box:8000/v1"))
+    api_key_env: str = field(default="", metadata=_range(
+        help="environment variable holding that server's API key (empty: send none)"))
+    timeout_s: float = field(default=30.0,
+        metadata=_range(0.5, 600.0, "seconds a remote request may wait for the server"))
+    retries: int = field(default=1,
+        metadata=_range(0, 5, "retries of a failed remote request (never after its first output)"))
 
 
 @dataclass(frozen=True)
@@ -107,6 +137,17 @@ class TtsConfig:
     device: str = field(default=_AUTO, metadata=_range(help="device for TTS"))
     voice: str = field(default=_AUTO, metadata=_range(help="speaker or voice name", runtime=True))
     speed: float = field(default=1.0, metadata=_range(0.25, 4.0, "speaking rate", runtime=True))
+    # A remote stage (backend 'openai', device 'remote'): an OpenAI-compatible server.
+    base_url: str = field(default="", metadata=_range(
+        help="OpenAI-compatible server for the remote backend, e.g. http://gpu-box:8000/v1"))
+    api_key_env: str = field(default="", metadata=_range(
+        help="environment variable holding that server's API key (empty: send none)"))
+    timeout_s: float = field(default=30.0,
+        metadata=_range(0.5, 600.0, "seconds a remote request may wait for the server"))
+    retries: int = field(default=1,
+        metadata=_range(0, 5, "retries of a failed remote request (never after its first output)"))
+    response_format: str = field(default="pcm",
+        metadata=_range(help="audio a remote server sends: pcm (24 kHz 16-bit) or wav"))
 
 
 @dataclass(frozen=True)
@@ -117,6 +158,9 @@ class AudioConfig:
     output_device: str = field(default="default", metadata=_range(help="speaker (name or index)"))
     capture_buffer_s: float = field(default=2.0,
         metadata=_range(0.1, 60.0, "capture buffer before dropping"))
+    echo_cancellation: EchoCancellation = field(default=EchoCancellation.AUTO, metadata=_range(
+        help="remove the reply's own sound from the microphone: on, off, or auto (on where "
+             "livekit is installed and the reply plays on a speaker)", runtime=True))
 
 
 @dataclass(frozen=True)
@@ -133,9 +177,12 @@ class TurnConfig:
         metadata=_range(0.1, 10.0, "seconds between partials", runtime=True))
     barge_in: BargeIn = field(default=BargeIn.FULL_DUPLEX,
         metadata=_range(help="barge-in mode", runtime=True))
-    end_of_turn: EndOfTurn = field(default=EndOfTurn.SILENCE,
-        metadata=_range(help="what ends a turn: silence, or manual (an explicit commit)",
-                        runtime=True))
+    end_of_turn: EndOfTurn = field(default=EndOfTurn.AUTO, metadata=_range(
+        help="what ends a turn: learned (Smart Turn audio model + LLM text signal), silence, "
+             "manual (an explicit commit), or auto (learned where installed)", runtime=True))
+    end_of_turn_threshold: float = field(default=0.25, metadata=_range(0.01, 0.99,
+        "learned end of turn: commit early when sqrt(audio p x text p) reaches this",
+        runtime=True))
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,11 @@ class TurnGate:
                 return
         self._emit(event)
 
+    def committed(self, turn_id: int) -> bool:
+        """True once ``turn_id`` was committed (its output is no longer held)."""
+        with self._lock:
+            return turn_id in self._committed
+
     def commit(self, turn_id: int) -> None:
         """The turn is final: release its held events of the current generation."""
         with self._lock:

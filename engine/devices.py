@@ -2,6 +2,11 @@
 
 Discovery imports torch and mlx only if they are installed, and only when asked: an
 MLX-only stack never imports torch just to list devices.
+
+``remote`` is a device too: an OpenAI-compatible server a stage's ``base_url`` names.
+``discover_remote`` probes the endpoints a config names (reachable? the model listed?),
+with a short timeout; an endpoint that fails is reported unavailable with the reason,
+like an absent GPU.
 """
 
 from __future__ import annotations
@@ -13,8 +18,8 @@ from dataclasses import dataclass
 
 from engine.errors import DeviceError
 
-DEVICE_KINDS = ("cpu", "cuda", "mps", "mlx")
-_DEVICE_RE = re.compile(r"^(cpu|cuda|mps|mlx)(?::(\d+))?$")
+DEVICE_KINDS = ("cpu", "cuda", "mps", "mlx", "remote")
+_DEVICE_RE = re.compile(r"^(cpu|cuda|mps|mlx|remote)(?::(\d+))?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +44,8 @@ def parse_device(text: str, field: str = "device") -> Device | None:
     match = _DEVICE_RE.match(text)
     if not match:
         raise DeviceError(
-            f"'{field}' = {text!r} is not a device; use auto, cpu, cuda, cuda:N, mps or mlx"
+            f"'{field}' = {text!r} is not a device; use auto, cpu, cuda, cuda:N, mps, mlx "
+            "or remote"
         )
     kind, index = match.group(1), match.group(2)
     if kind == "cuda":
@@ -59,10 +65,14 @@ class DeviceInfo:
     reason: str = ""
     total_bytes: int | None = None
     free_bytes: int | None = None
+    stages: tuple[str, ...] = ()  # remote: the stages whose base_url names this endpoint
 
     @property
     def label(self) -> str:
-        """Human label for dropdowns: ``cuda:0 — NVIDIA H200 (120.3 GiB free)``."""
+        """Human label for dropdowns: ``cuda:0 — NVIDIA H200 (120.3 GiB free)``, or
+        ``remote: gpu-box:8000 · vLLM · Qwen3-8B``."""
+        if self.device.kind == "remote":
+            return f"remote: {self.name}"
         text = f"{self.device} — {self.name}"
         if self.free_bytes is not None:
             text += f" ({self.free_bytes / 2**30:.1f} GiB free)"
@@ -143,8 +153,17 @@ def _mlx_info() -> DeviceInfo:
 
 
 def discover_devices() -> list[DeviceInfo]:
-    """Every device kind Parley knows, present or not, in a stable order."""
+    """Every local device kind Parley knows, present or not, in a stable order."""
     return [_cpu_info(), *_cuda_infos(), _mps_info(), _mlx_info()]
+
+
+def discover_remote(config) -> list[DeviceInfo]:
+    """One ``remote`` DeviceInfo per stage of ``config`` (an EngineConfig) whose
+    ``base_url`` is set, probed now (in parallel, a few seconds at most): available when
+    the server answers ``/models`` and lists the stage's model."""
+    from engine.backends.remote import discover_endpoints
+
+    return discover_endpoints(config)
 
 
 def check_placement(stage: str, device: Device, supported: tuple[str, ...], backend: str,

@@ -15,10 +15,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine.audio.base import AudioSink, AudioSource
-from engine.config import STAGES, EngineConfig, require_one_unit
+from engine.config import STAGES, EndOfTurn, EngineConfig, require_one_unit
 from engine.config_diff import ConfigDiff, Effect, diff_configs
 from engine.devices import DeviceInfo
-from engine.errors import ConfigError, ParleyError
+from engine.errors import (ConfigError, DeviceError, MissingDependencyError, ModelLoadError,
+                           ParleyError, is_out_of_memory, release_cached_memory)
 from engine.events import Event, EventHub, LoadProgress
 from engine.hub import HubStatus
 from engine.memory import MemoryReading, sample_memory
@@ -88,6 +89,7 @@ class Engine:
         self._lock = threading.Lock()
         self._turn_ids = itertools.count(1)  # unique across units and restarts
         self._runtime_notes: list[str] = []
+        self.turn_model = None  # the end-of-turn audio model, when learned end of turn is on
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -102,6 +104,10 @@ class Engine:
         """The config the units run with: progressive transcription is switched off when
         several units share MLX, since partials would hold the lock while others wait."""
         config = self.config
+        if config.turns.end_of_turn in (EndOfTurn.AUTO, EndOfTurn.LEARNED):
+            learned = self.turn_model is not None
+            config = config.with_overrides(
+                {"turns.end_of_turn": EndOfTurn.LEARNED if learned else EndOfTurn.SILENCE})
         if units > 1 and self.mlx_in_use and config.turns.live_transcription:
             line = (f"live transcription is off: {units} pipeline units share the MLX lock, "
                     "and partial transcripts would hold it while the other units wait")
@@ -123,11 +129,39 @@ class Engine:
                 self.models[stage] = self._acquire(stage, self.placements[stage], self.config,
                                                    progress)
                 _check_runtime_options(stage, self.models[stage], self.config)
+            self._prepare_turn_model(self.config)
         except BaseException:
             self.release_models()
             self.state = EngineState.CREATED
             raise
         self.state = EngineState.READY
+
+    def _prepare_turn_model(self, config: EngineConfig) -> None:
+        """Load the end-of-turn audio model when ``config`` asks for learned end of turn.
+
+        A missing package or a model that fails to load is no failure of the engine:
+        turn-taking falls back to silence, and a note (with the pip command or the file
+        that failed) says so where the user sees it.
+        """
+        if config.turns.end_of_turn not in (EndOfTurn.AUTO, EndOfTurn.LEARNED):
+            return
+        if self.turn_model is None:
+            from engine.turn_end.smart_turn import SmartTurn
+
+            try:
+                self.turn_model = SmartTurn()
+            except ParleyError as exc:
+                self._note(f"end of turn: silence ({config.turns.end_of_turn.value} asked for "
+                           f"learned, which is unavailable: {exc})")
+                return
+        text = ("the LLM's text signal" if self.placements["llm"].backend == "transformers"
+                else "no text signal from this LLM backend, so turns wait for the reopen grace")
+        self._note(f"end of turn: learned (Smart Turn v3.2 audio model, {text})")
+
+    def _note(self, line: str) -> None:
+        if line not in self._runtime_notes:
+            log.info(line)
+            self._runtime_notes.append(line)
 
     def _acquire(self, stage: str, placement: Placement, config: EngineConfig,
                  progress: ProgressFn | None) -> object:
@@ -140,14 +174,23 @@ class Engine:
         options = config.stage_config(stage)
         shared = self.registry.is_loaded(placement, options)
         report(0.0, f"{'sharing' if shared else 'loading'} {placement.describe()}")
-        model = self.registry.acquire(placement, options, report)
+        try:
+            model = self.registry.acquire(placement, options, report)
+        except Exception as exc:
+            error = _load_error(placement, exc)
+            if error is exc:
+                raise
+            raise error from exc
         warmup = getattr(model, "warmup", None)
         if callable(warmup) and not shared:  # a shared model is warm already
             try:
                 warmup()
-            except BaseException:
+            except BaseException as exc:
                 self.registry.release(placement, options)
-                raise
+                error = _load_error(placement, exc) if isinstance(exc, Exception) else exc
+                if error is exc:
+                    raise
+                raise error from exc
         report(1.0, f"{stage} ready on {getattr(model, 'actual_device', placement.device)}")
         return model
 
@@ -169,6 +212,7 @@ class Engine:
                 raise ParleyError(f"the engine cannot apply settings while {self.state.value}; "
                                   "load it first")
             diff = diff_configs(self.config, config)
+            self._prepare_turn_model(config)
             outside = diff.keys(Effect.AUDIO) + diff.keys(Effect.RESTART)
             if outside:
                 raise ConfigError(f"{', '.join(outside)} cannot change on a loaded engine: "
@@ -215,7 +259,7 @@ class Engine:
         with self._lock:
             config = self._unit_config(len(sources))
             units = [PipelineUnit(i, config, self.models, src, sink, self.metrics, self.events,
-                                  self._turn_ids.__next__)
+                                  self._turn_ids.__next__, self.turn_model)
                      for i, (src, sink) in enumerate(zip(sources, sinks))]
             started: list[PipelineUnit] = []
             try:
@@ -242,7 +286,7 @@ class Engine:
                                   "load it first")
             config = self._unit_config(max(self.config.units, len(self.units) + 1))
             pipeline = PipelineUnit(unit, config, self.models, source, sink, self.metrics,
-                                    self.events, self._turn_ids.__next__)
+                                    self.events, self._turn_ids.__next__, self.turn_model)
             pipeline.start()
             self.units = [*self.units, pipeline]
             self.state = EngineState.RUNNING
@@ -319,6 +363,18 @@ class Engine:
             capture_overflows=overflows,
             mlx_lock=get_mlx_lock().snapshot() if self.mlx_in_use else None,
         )
+
+
+def _load_error(placement: Placement, exc: Exception) -> Exception:
+    """What a failed load (or warm-up) raises: a ModelLoadError naming the stage, model,
+    device and cause (out of memory: with the device's memory figures). A missing package,
+    a bad setting or an impossible device already says what to do: those pass unchanged."""
+    if isinstance(exc, ModelLoadError | MissingDependencyError | ConfigError | DeviceError):
+        return exc
+    if is_out_of_memory(exc):
+        release_cached_memory(str(placement.device))
+    return ModelLoadError(placement.stage, placement.model, placement.backend,
+                          str(placement.device), exc)
 
 
 def _check_runtime_options(stage: str, model: object, config: EngineConfig) -> None:

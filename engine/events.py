@@ -48,10 +48,19 @@ class ReplyText(Event):
     text: str
 
 
+#: ``TurnCancelled.reason`` of a turn that ended because a stage failed on it.
+TURN_FAILED = "error"
+
+
 @dataclass(frozen=True, slots=True)
 class TurnCancelled(Event):
+    """A turn's reply ends unfinished. ``reason``: "barge-in", "reopened" (the user went
+    on speaking; the turn is redone), "cleared" (a client threw its audio away) or
+    "error" (``TURN_FAILED``: a stage failed on it; an ``EngineError`` with the same
+    ``turn_id`` names the stage and the cause). No ``TurnFinished`` follows an "error"."""
+
     turn_id: int
-    reason: str  # "barge-in" or "reopened"
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +70,32 @@ class TurnFinished(Event):
 
 @dataclass(frozen=True, slots=True)
 class EngineError(Event):
-    """A stage failed on one message; the engine goes on."""
+    """A stage failed on one message (the engine goes on), or a sound device failed.
+
+    ``turn_id`` is the turn the failure ended (``TurnCancelled(reason="error")``), or None
+    when no turn was in progress. A sound device that fails reports here too, with
+    ``stage`` "microphone", "speaker" or "input" (and an ``AudioStatus``).
+    """
 
     stage: str
+    message: str
+    turn_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AudioStatus(Event):
+    """A sound device changed state (``engine.audio.health``).
+
+    ``device``: "microphone", "speaker", or "input" (another source, whose blocks the VAD
+    stage checks itself). ``state``: "ok" (working, or working again),
+    "invalid" (it delivers NaN, infinite or far out-of-range samples: they are replaced
+    by silence), "stalled" (open, but nothing arrived for seconds) or "lost" (the stream
+    failed or the device vanished: capture or playback stopped, and reopening is tried
+    every second). Reported once per change, never per block.
+    """
+
+    device: str
+    state: str
     message: str
 
 

@@ -94,6 +94,24 @@ class Figure(enum.StrEnum):
     LLM_HISTORY_TURNS = ("llm_history_turns", "past turns in the prompt", Unit.COUNT)
     TTS_COMPUTE_S = ("tts_compute_s", "TTS compute (whole reply)", Unit.SECONDS)
     TTS_AUDIO_S = ("tts_audio_s", "TTS audio made", Unit.SECONDS)
+    # Learned end of turn, at the decision: each signal, their combination, and whether
+    # the turn was committed before its grace ran out (1) or waited for it (0).
+    EOT_AUDIO_P = ("end_of_turn_audio_p", "end of turn: audio model", Unit.RATIO, "report")
+    EOT_TEXT_P = ("end_of_turn_text_p", "end of turn: text signal", Unit.RATIO, "report")
+    EOT_SCORE = ("end_of_turn_score", "end of turn: combined", Unit.RATIO, "report")
+    EOT_EARLY = ("end_of_turn_early", "committed before the grace ended", Unit.COUNT, "report")
+    # Time to first token, and what a remote stage (an OpenAI-compatible server) spends on
+    # the network apart from the server's work: "network" is connecting (0 on a kept-alive
+    # connection) plus sending the request (the audio, for STT); "headers" runs from the
+    # request's start to the response headers (a streamed reply sends them before it
+    # generates, a non-streamed one after its work). None where the stage is local.
+    LLM_FIRST_TOKEN_S = ("llm_first_token_s", "LLM time to first token", Unit.SECONDS, "report")
+    LLM_NETWORK_S = ("llm_network_s", "LLM network (connect + send)", Unit.SECONDS, "report")
+    LLM_HEADERS_S = ("llm_headers_s", "LLM time to response headers", Unit.SECONDS, "report")
+    STT_NETWORK_S = ("stt_network_s", "STT network (connect + upload)", Unit.SECONDS, "report")
+    STT_HEADERS_S = ("stt_headers_s", "STT time to response headers", Unit.SECONDS, "report")
+    TTS_NETWORK_S = ("tts_network_s", "TTS network (connect + send)", Unit.SECONDS, "report")
+    TTS_HEADERS_S = ("tts_headers_s", "TTS time to response headers", Unit.SECONDS, "report")
 
 
 class UndeclaredError(ValueError):

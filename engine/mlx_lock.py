@@ -143,10 +143,12 @@ class _SlowLog:
     """Aggregates slow events into at most one warning per ``interval`` seconds."""
 
     __slots__ = ("what", "threshold", "interval", "count", "worst", "worst_by", "last_emit",
-                 "since")
+                 "since", "lock_name")
 
-    def __init__(self, what: str, threshold: float, interval: float) -> None:
+    def __init__(self, what: str, threshold: float, interval: float,
+                 lock_name: str = "MLX lock") -> None:
         self.what = what
+        self.lock_name = lock_name
         self.threshold = threshold
         self.interval = interval
         self.count = 0
@@ -169,10 +171,10 @@ class _SlowLog:
             return None
         span = now - (self.last_emit if self.last_emit is not None else self.since)
         if self.count == 1:
-            line = (f"MLX lock: 1 {self.what[:-1]} (>= {self.threshold * 1e3:.0f} ms): "
+            line = (f"{self.lock_name}: 1 {self.what[:-1]} (>= {self.threshold * 1e3:.0f} ms): "
                     f"{self.worst * 1e3:.0f} ms by {self.worst_by}")
         else:
-            line = (f"MLX lock: {self.count} {self.what} (>= {self.threshold * 1e3:.0f} ms) in "
+            line = (f"{self.lock_name}: {self.count} {self.what} (>= {self.threshold * 1e3:.0f} ms) in "
                     f"the last {max(span, 0.0):.1f} s, worst {self.worst * 1e3:.0f} ms by "
                     f"{self.worst_by}")
         self.count, self.worst, self.worst_by, self.last_emit = 0, 0.0, "", now
@@ -211,7 +213,8 @@ class MlxLock:
     def __init__(self, *, window_s: float = 5.0, slow_wait_s: float = 0.25,
                  slow_hold_s: float = 2.0, warn_interval_s: float = 10.0, samples: int = 2048,
                  trace: int = 0, clock: Callable[[], float] = time.perf_counter,
-                 logger: logging.Logger | None = None, guarded: bool = True) -> None:
+                 logger: logging.Logger | None = None, guarded: bool = True,
+                 name: str = "MLX lock") -> None:
         self.window_s = window_s
         self._clock = clock
         self._log = logger or log
@@ -219,8 +222,8 @@ class MlxLock:
         self._stats = threading.Lock()  # guards the figures; never held while waiting
         self._samples = samples
         self._trace_len = trace
-        self._slow_wait = _SlowLog("slow waits", slow_wait_s, warn_interval_s)
-        self._slow_hold = _SlowLog("long holds", slow_hold_s, warn_interval_s)
+        self._slow_wait = _SlowLog("slow waits", slow_wait_s, warn_interval_s, name)
+        self._slow_hold = _SlowLog("long holds", slow_hold_s, warn_interval_s, name)
         # Ownership: written only by the owning thread while it holds the mutex.
         self._owner: int | None = None
         self._depth = 0
@@ -402,11 +405,12 @@ _registry_guard = threading.Lock()
 _all_locks: weakref.WeakSet[MlxLock] = weakref.WeakSet()  # for the guard's "any lock" check
 
 
-def model_lock() -> MlxLock:
+def model_lock(name: str) -> MlxLock:
     """An instrumented lock for one model that is not safe to call from two threads at
     once (a shared torch model): the same figures as the MLX lock, for the pool's report.
-    It is no MLX lock: the MLX guard does not count holding it."""
-    return MlxLock(guarded=False)
+    It is no MLX lock: the MLX guard does not count holding it. ``name`` labels its log
+    lines ("llm model lock")."""
+    return MlxLock(guarded=False, name=name)
 
 
 def get_mlx_lock() -> MlxLock:

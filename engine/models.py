@@ -37,14 +37,18 @@ class LoadedModel:
 
 
 _PLACEMENT_FIELDS = {"backend", "model", "device", "dtype"}
+#: Settings that only a remote stage (an OpenAI-compatible server) loads with.
+_REMOTE_FIELDS = {"base_url", "api_key_env", "timeout_s", "retries", "stream", "response_format"}
 
 
-def load_options(options: object) -> tuple:
-    """The (name, value) pairs of a stage config that affect loading its model."""
+def load_options(options: object, remote: bool = False) -> tuple:
+    """The (name, value) pairs of a stage config that affect loading its model; the
+    server settings count only for a ``remote`` placement."""
     if options is None or not dataclasses.is_dataclass(options):
         return ()
+    skip = _PLACEMENT_FIELDS if remote else _PLACEMENT_FIELDS | _REMOTE_FIELDS
     return tuple((f.name, getattr(options, f.name)) for f in dataclasses.fields(options)
-                 if f.name not in _PLACEMENT_FIELDS and not f.metadata.get("runtime"))
+                 if f.name not in skip and not f.metadata.get("runtime"))
 
 
 class _Entry:
@@ -67,7 +71,8 @@ class ModelRegistry:
     def key_for(placement: Placement, options: object = None) -> ModelKey:
         """The sharing key: changing a runtime-only setting (a prompt) reuses the model."""
         return ModelKey(placement.stage, placement.backend, placement.model,
-                        str(placement.device), placement.dtype, load_options(options))
+                        str(placement.device), placement.dtype,
+                        load_options(options, placement.device.kind == "remote"))
 
     def acquire(self, placement: Placement, options: object,
                 progress: Progress = no_progress,

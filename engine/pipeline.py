@@ -10,7 +10,7 @@ from engine.audio.base import AudioSink, AudioSource
 from engine.config import EngineConfig
 from engine.control import TurnControl
 from engine.conversation import BARGE_IN, Conversation
-from engine.events import EventHub
+from engine.events import EngineError, EventHub
 from engine.messages import Transcript
 from engine.metrics import Mark, Metrics
 from engine.playback import Playback
@@ -20,6 +20,7 @@ from engine.stages.sink_stage import SinkStage
 from engine.stages.stt_stage import SttStage
 from engine.stages.tts_stage import TtsStage
 from engine.stages.vad_stage import PartialGate, VadStage
+from engine.turn_end.board import AudioScorer
 
 
 class PipelineUnit:
@@ -31,7 +32,8 @@ class PipelineUnit:
 
     def __init__(self, unit: int, config: EngineConfig, models: dict[str, object],
                  source: AudioSource, sink: AudioSink, metrics: Metrics, events: EventHub,
-                 next_turn_id: Callable[[], int]) -> None:
+                 next_turn_id: Callable[[], int], turn_model=None) -> None:
+        """``turn_model``: the shared end-of-turn audio model (``SmartTurn``), or None."""
         self.unit = unit
         self._next_turn_id = next_turn_id
         self._typed_turn = 0  # the latest turn started by ``say``
@@ -51,6 +53,11 @@ class PipelineUnit:
         self.vad.connect(self.stt).connect(self.llm).connect(self.tts).connect(self.sink_stage)
         self.stages = (self.vad, self.stt, self.llm, self.tts, self.sink_stage)
         self._models = {"vad": self.vad, "stt": self.stt, "llm": self.llm, "tts": self.tts}
+        self.turn_scorer = None
+        if turn_model is not None:
+            self.turn_scorer = AudioScorer(f"parley-u{unit}-turn", turn_model.probability,
+                                           self.ctx.turn_end, self._turn_scorer_failed)
+            self.vad.audio_scorer = self.turn_scorer
 
     @property
     def config(self) -> EngineConfig:
@@ -66,6 +73,12 @@ class PipelineUnit:
             raise
         for stage in self.stages:
             stage.start()
+        if self.turn_scorer is not None:
+            self.turn_scorer.start()
+
+    def _turn_scorer_failed(self, message: str) -> None:
+        self.ctx.events.emit(EngineError(self.unit, "turn", f"end-of-turn model failed: {message}; "
+                                         "this turn waits for the reopen grace"))
 
     def apply(self, config: EngineConfig, models: dict[str, object]) -> None:
         """Run on ``config`` from the next message on, with ``models`` (stage -> model)
@@ -113,6 +126,8 @@ class PipelineUnit:
         self.source.close()
         self.playback.cut()
         stuck = [s.name for s in self.stages if not s.join(timeout)]
+        if self.turn_scorer is not None and not self.turn_scorer.stop(timeout):
+            stuck.append("turn")
         self.sink.close()
         return stuck
 

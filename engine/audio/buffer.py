@@ -21,6 +21,9 @@ import numpy as np
 
 from engine.audio.base import AudioBlock
 
+_KEEP_RECORDS = 256  # turns whose playback records a queue keeps (a long session stays small)
+_PRUNE_EVERY = 64
+
 
 class DropOldestBuffer:
     """A bounded FIFO of audio blocks that never blocks the producer.
@@ -95,11 +98,19 @@ class DropOldestBuffer:
 
     @property
     def level(self) -> float:
-        """RMS of the latest block pushed, 0 before any (computed here, not in push)."""
+        """RMS of the latest block pushed, 0..1, 0 before any (computed here, not in push).
+
+        Clamped to the scale: a block holding NaN reads 0, one of infinities or of values
+        far beyond full scale reads 1 (the microphone reports such blocks separately).
+        """
         latest = self._latest
         if latest is None or latest.size == 0:
             return 0.0
-        return float(np.sqrt(np.mean(np.square(latest, dtype=np.float64))))
+        with np.errstate(over="ignore", invalid="ignore"):
+            rms = float(np.sqrt(np.mean(np.square(latest, dtype=np.float64))))
+        if rms != rms:  # NaN
+            return 0.0
+        return min(rms, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,10 +156,20 @@ class PlaybackQueue:
     def put(self, samples: np.ndarray, turn_id: int) -> None:
         """Queue float32 mono samples at ``sample_rate`` (taken as is, not copied)."""
         with self._lock:
-            self._records.setdefault(turn_id, _Record())
+            if turn_id not in self._records:
+                self._records[turn_id] = _Record()
+                if len(self._records) > _KEEP_RECORDS + _PRUNE_EVERY:
+                    self._prune_records()
             if samples.size:
                 self._chunks.append(_Chunk(samples, turn_id))
                 self._queued += samples.size
+
+    def _prune_records(self) -> None:
+        """Forget the oldest turns' records (a long session), never one still queued."""
+        queued = {chunk.turn_id for chunk in self._chunks}
+        for turn_id in list(self._records)[:len(self._records) - _KEEP_RECORDS]:
+            if turn_id not in queued:
+                del self._records[turn_id]
 
     def fill(self, out: np.ndarray, t_heard: float) -> int:
         """Write the next ``len(out)`` samples into ``out`` (zeros past the queue's end).
@@ -206,7 +227,8 @@ class PlaybackQueue:
         return None if record is None else record.t_first
 
     def history(self) -> list[TurnPlayback]:
-        """One record per turn ever queued, in the order the turns were first queued."""
+        """One record per turn queued (the latest ``_KEEP_RECORDS`` or so), in the order
+        the turns were first queued."""
         with self._lock:
             return [TurnPlayback(turn_id, r.t_first, r.played, r.flushed, self.sample_rate)
                     for turn_id, r in self._records.items()]

@@ -91,6 +91,17 @@ _SPECS = (
                 "Piper (ONNX; GPL-3.0 package)"),
     BackendSpec("tts", "kokoro", "engine.backends.tts.kokoro", ("kokoro", "torch"), "kokoro",
                 ("cuda", "mps", "cpu"), {"*": "hexgrad/Kokoro-82M"}, "Kokoro-82M (hexgrad)"),
+    # Remote stages: an OpenAI-compatible server named by the stage's base_url (device
+    # "remote"); its model is one the server lists ("auto": the first it lists).
+    BackendSpec("stt", "openai", "engine.backends.stt.openai_stt", ("openai",), "remote",
+                ("remote",), description="an OpenAI-compatible server's /audio/transcriptions "
+                "(stt.base_url)"),
+    BackendSpec("llm", "openai", "engine.backends.llm.openai_llm", ("openai",), "remote",
+                ("remote",), description="an OpenAI-compatible server's streaming chat "
+                "completions (llm.base_url)"),
+    BackendSpec("tts", "openai", "engine.backends.tts.openai_tts", ("openai",), "remote",
+                ("remote",), description="an OpenAI-compatible server's /audio/speech "
+                "(tts.base_url)"),
 )
 
 

@@ -91,6 +91,9 @@ class GenerationOptions:
     temperature: float = 0.0
     repetition_penalty: float = 1.0
     no_repeat_ngram_size: int = 0
+    #: Also report how likely the user's message ends where it does (learned end of
+    #: turn): the probability of the end-of-message token right after the user's text.
+    score_end_of_turn: bool = False
 
     @classmethod
     def from_config(cls, config) -> GenerationOptions:
@@ -110,6 +113,9 @@ class LlmStep:
     tokens_per_second: float  # decode rate so far
     peak_memory_bytes: int | None = None
     finished: bool = False  # True on the last step (EOS or token cap)
+    #: On the first step, when asked for and the backend can tell: P(end of message) after
+    #: the user's text, read from the prefill's logits at no extra forward pass.
+    end_of_turn_probability: float | None = None
 
 
 class LlmSession(Protocol):

@@ -1,4 +1,5 @@
-"""The aiohttp application: ``/v1/realtime`` (WebSocket) and ``GET /v1/pool``.
+"""The aiohttp application: ``/v1/realtime`` (WebSocket), ``GET /v1/pool``, and the
+OpenAI HTTP API on the same models (``engine.server.openai_routes``).
 
 Before any route runs, a request is checked: a browser ``Origin`` not allowed with
 ``--allow-origin`` is refused (403), and when an API key is set a request without
@@ -155,6 +156,11 @@ class RealtimeApp:
                               client_max_size=self.settings.hard_message_bytes)
         app.router.add_get("/v1/realtime", self.realtime)
         app.router.add_get("/v1/pool", self.pool_status)
+        # The OpenAI HTTP API on the same models (one Parley can serve another), behind
+        # the same guard.
+        from engine.server.openai_routes import OpenAiRoutes
+
+        OpenAiRoutes(self.engine).register(app)
         app.on_shutdown.append(self._on_shutdown)
         return app
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 
 from engine.backends.base import GenerationOptions
 from engine.chunker import ClauseChunker
+from engine.config import EndOfTurn
 from engine.conversation import Conversation
 from engine.events import ReplyText
 from engine.messages import Message, TextChunk, Transcript
@@ -39,7 +41,12 @@ class LlmStage(Stage):
         unit, metrics, control = self.ctx.unit, self.ctx.metrics, self.ctx.control
         turn, gen = msg.turn_id, msg.generation
         config = self.ctx.config.llm  # one settings snapshot for the whole reply
-        options = GenerationOptions.from_config(config)
+        # A speculative turn under learned end of turn: the prefill also tells how likely
+        # the user's message ends here, which the source stage weighs with the audio model.
+        score = (self.ctx.config.turns.end_of_turn is EndOfTurn.LEARNED
+                 and not self.ctx.gate.committed(turn))
+        options = dataclasses.replace(GenerationOptions.from_config(config),
+                                      score_end_of_turn=score)
         start = time.perf_counter()
         metrics.mark(unit, turn, Mark.LLM_START, start, True, gen)
         chunker = ClauseChunker()
@@ -57,8 +64,12 @@ class LlmStage(Stage):
                                                   config.history_turns)
         figure(Figure.LLM_HISTORY_TURNS, sum(m["role"] == "user" for m in messages) - 1)
         for step in self.session.generate(messages, options, should_stop):
+            if step.end_of_turn_probability is not None:
+                self.ctx.turn_end.post_text(turn, gen, step.end_of_turn_probability)
             if step.tokens == 1:
                 metrics.mark(unit, turn, Mark.LLM_FIRST_TOKEN, time.perf_counter(), True, gen)
+                metrics.figure_once(unit, turn, Figure.LLM_FIRST_TOKEN_S,
+                                    time.perf_counter() - start, gen)
             for piece in chunker.feed(step.text):
                 if first:
                     figure(Figure.LLM_FIRST_CHUNK_COMPUTE_S, time.perf_counter() - start)
@@ -71,6 +82,8 @@ class LlmStage(Stage):
             figure(Figure.LLM_TOKENS, step.tokens)
             figure(Figure.LLM_TOKENS_PER_S, step.tokens_per_second)
             figure(Figure.LLM_PROMPT_TOKENS, step.prompt_tokens)
+        for name, value in getattr(self.session, "figures", {}).items():  # a remote model's
+            figure(name, value)  # network share of the reply (engine.backends.remote)
         if should_stop():
             # Cut off (barge-in, reopened turn, shutdown): record where it stopped.
             metrics.mark(unit, turn, Mark.LLM_STOPPED, time.perf_counter(), True, gen)

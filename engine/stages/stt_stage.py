@@ -58,6 +58,8 @@ class SttStage(Stage):
                        generation=msg.generation)
         metrics.figure(unit, msg.turn_id, Figure.STT_RTF, result.real_time_factor,
                        generation=msg.generation)
+        for name, value in getattr(result, "figures", {}).items():  # a remote model's network
+            metrics.figure(unit, msg.turn_id, name, value, generation=msg.generation)  # share
         metrics.set_transcript(unit, msg.turn_id, text, msg.generation)
         self._last_partial.pop(msg.turn_id, None)
         self.ctx.gate.emit(msg.turn_id, msg.generation, FinalTranscript(unit, msg.turn_id, text))

@@ -40,6 +40,8 @@ class TtsStage(Stage):
                 now = time.perf_counter()
                 if metrics.figure_once(unit, turn, Figure.TTS_FIRST_COMPUTE_S, now - start, gen):
                     metrics.mark(unit, turn, Mark.TTS_FIRST_AUDIO, now, generation=gen)
+                    for name, value in getattr(chunk, "figures", {}).items():  # a remote
+                        metrics.figure(unit, turn, name, value, generation=gen)  # model's network
                 audio_s += len(chunk.audio) / chunk.sample_rate
                 yield AudioOut(turn, gen, chunk.audio, chunk.sample_rate, False)
             if audio_s:

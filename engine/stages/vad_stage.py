@@ -4,6 +4,13 @@ It yields speech segments for STT (growing partials while the user speaks, the f
 segment at the turn's end). Playback goes through the narrow ``Playback`` interface:
 ``is_playing`` (mute-while-speaking), ``cut`` (barge-in) and ``commit`` (release a
 committed turn's held reply).
+
+It is also where the sound devices' health reaches the listeners: after every read it
+collects the reports of its source and of the playback's sink (``poll_health``, see
+``engine.audio.health``) and emits each as an ``AudioStatus`` event, a problem also as an
+``EngineError`` (stage "microphone" or "speaker"). Whatever the source, a block holding
+invalid samples (NaN, infinities, values far beyond full scale) is replaced by silence
+before the VAD model sees it, and reported once per episode (device "input").
 """
 
 from __future__ import annotations
@@ -14,14 +21,20 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSource, InputMarker
-from engine.config import BargeIn, EngineConfig
+from engine.audio.health import DeviceState, HealthLog, HealthReport, SampleGuard
+from engine.config import BargeIn, EndOfTurn, EngineConfig
 from engine.conversation import BARGE_IN, CLEARED, REOPENED
-from engine.events import TurnCancelled, UserSpeaking
+from engine.events import TURN_FAILED, AudioStatus, EngineError, TurnCancelled, UserSpeaking
 from engine.messages import Message, SpeechSegment
-from engine.metrics import Mark
+from engine.metrics import Figure, Mark
 from engine.playback import Playback
 from engine.stage import SourceStage, StageContext
 from engine.turns import Committed, Partial, Reopened, SegmentEnded, Started, TurnDetector, TurnEvent
+
+_HEALTH_POLL_S = 0.1  # how often the devices' health is collected
+#: Learned end of turn: score the audio when the grace starts, and once more after this
+#: much silence (the model hears the pause grow); each call is ~0.1 s of one core.
+_RESCORE_AT_S = (0.0, 0.7)
 
 
 class PartialGate:
@@ -55,6 +68,13 @@ class VadStage(SourceStage):
         self.stream = vad_model.new_stream()
         self.detector = TurnDetector(ctx.config.vad, ctx.config.turns, vad_model.frame_samples,
                                      vad_model.sample_rate)
+        self.input_health = HealthLog("input")
+        self._guard = SampleGuard(self.input_health, lambda: "the audio input")
+        self._t_health = 0.0
+        self.audio_scorer = None  # set by the unit when learned end of turn is available
+        self._scored = 0  # audio scores asked for in this grace
+        self._segment_generation = 0  # the revision the speculative STT/LLM work runs under
+        self._decided_early = False
 
     def on_model(self) -> None:
         self.stream = self.model.new_stream()
@@ -70,7 +90,7 @@ class VadStage(SourceStage):
             self.detector.configure(config.vad, config.turns)
         if self._pending.size == 0:
             self._pending_t = block.t_start
-        samples = block.samples
+        samples = self._guard.check(block.samples, PIPELINE_RATE)
         self._pending = np.concatenate([self._pending, samples]) if self._pending.size else samples
         n = self.model.frame_samples
         mute = config.turns.barge_in is BargeIn.MUTE_WHILE_SPEAKING
@@ -83,14 +103,87 @@ class VadStage(SourceStage):
             probability = self.stream.speech_probability(frame)
             for event in self.detector.push(frame, probability, t):
                 yield from self._on_turn_event(event)
+            if self.detector.in_grace and config.turns.end_of_turn is EndOfTurn.LEARNED:
+                for event in self._learned_end_of_turn(config.turns.end_of_turn_threshold):
+                    yield from self._on_turn_event(event)
         if block.marker is InputMarker.COMMIT:
             yield from self.on_source_end()
         elif block.marker is InputMarker.CLEAR:
             self._clear()
 
+    def _learned_end_of_turn(self, threshold: float) -> list:
+        """In the grace: ask the audio model once (and again after more silence), and
+        commit at once when it and the LLM's text signal agree that the turn is over.
+
+        Otherwise the grace runs out as it would without a model: it stays the bound.
+        """
+        ctx, turn = self.ctx, self.turn_id
+        generation = self._segment_generation
+        silence = self.detector.silence_s
+        for step, at in enumerate(_RESCORE_AT_S):
+            if self._scored < step + 1 and silence >= at and self.audio_scorer is not None:
+                self._scored = step + 1
+                self.audio_scorer.submit(turn, generation, self.detector.audio_so_far())
+        scores = ctx.turn_end.scores(turn, generation)
+        combined = scores.combined
+        if combined is None or combined < threshold:
+            return []
+        self._record_end_of_turn(turn, generation, early=True)
+        self._decided_early = True
+        return self.detector.commit_now()
+
+    def _record_end_of_turn(self, turn: int, generation: int, early: bool) -> None:
+        metrics, unit = self.ctx.metrics, self.ctx.unit
+        scores = self.ctx.turn_end.scores(turn, generation)
+        for figure, value in ((Figure.EOT_AUDIO_P, scores.audio), (Figure.EOT_TEXT_P, scores.text),
+                              (Figure.EOT_SCORE, scores.combined)):
+            if value is not None:
+                metrics.figure(unit, turn, figure, value)
+        metrics.figure(unit, turn, Figure.EOT_EARLY, 1.0 if early else 0.0)
+        self.ctx.turn_end.forget(turn)
+
     def on_source_end(self) -> Iterator[Message]:
         for event in self.detector.flush():
             yield from self._on_turn_event(event)
+
+    # ------------------------------------------------------------------ failures, health
+    def turn_of(self, what: object) -> int | None:
+        """A failure while reading or detecting ends the turn the user is speaking, if any."""
+        if isinstance(what, AudioBlock) or isinstance(what, str):
+            return self.turn_id if self.detector.in_turn else None
+        return super().turn_of(what)
+
+    def end_failed_turn(self, turn_id: int) -> None:
+        """Drop the turn in progress (its audio and any work started on it): the detector
+        starts afresh, and the turn ends now; it will never be committed."""
+        if turn_id != self.turn_id or not self.detector.in_turn:
+            return super().end_failed_turn(turn_id)
+        ctx = self.ctx
+        ctx.control.cancel_turn(turn_id, TURN_FAILED)
+        self.detector.reset()
+        self._pending = np.zeros(0, np.float32)
+        ctx.metrics.set_cancelled(ctx.unit, turn_id)
+        ctx.events.emit(UserSpeaking(ctx.unit, turn_id, False))
+        ctx.events.emit(TurnCancelled(ctx.unit, turn_id, TURN_FAILED))
+
+    def after_read(self) -> None:
+        now = time.monotonic()
+        if now - self._t_health < _HEALTH_POLL_S:
+            return
+        self._t_health = now
+        reports = self.input_health.drain()
+        for device in (self.source, self.playback.sink):
+            poll = _health_poll(device)
+            if poll is not None:
+                reports += poll()
+        for report in reports:
+            self._emit_health(report)
+
+    def _emit_health(self, report: HealthReport) -> None:
+        unit = self.ctx.unit
+        self.ctx.events.emit(AudioStatus(unit, report.device, report.state.value, report.message))
+        if report.state is not DeviceState.OK:
+            self.ctx.events.emit(EngineError(unit, report.device, report.message))
 
     def _clear(self) -> None:
         """Forget the turn in progress: its audio, and any work already started on it."""
@@ -115,6 +208,8 @@ class VadStage(SourceStage):
             yield SpeechSegment(self.turn_id, ctx.control.generation, event.audio, PIPELINE_RATE,
                                 False, event.t_speech_start, time.perf_counter(), self._partial_seq)
         elif isinstance(event, SegmentEnded):
+            self._scored, self._decided_early = 0, False
+            self._segment_generation = ctx.control.generation
             yield self._final(event.audio, event.t_speech_start, event.t_speech_end)
         elif isinstance(event, Reopened):
             generation = ctx.control.cancel_turn(self.turn_id, REOPENED)
@@ -125,6 +220,9 @@ class VadStage(SourceStage):
             if not event.speculated:
                 yield self._final(event.audio, event.t_speech_start, event.t_speech_end)
             ctx.metrics.mark(unit, self.turn_id, Mark.COMMITTED, time.perf_counter())
+            learned = self._config.turns.end_of_turn is EndOfTurn.LEARNED
+            if learned and event.speculated and not self._decided_early:
+                self._record_end_of_turn(self.turn_id, self._segment_generation, early=False)
             ctx.gate.commit(self.turn_id)
             self.playback.commit(self.turn_id)
             self._playing_turn = self.turn_id
@@ -162,3 +260,16 @@ class VadStage(SourceStage):
         self.ctx.metrics.set_cancelled(self.ctx.unit, turn)
         self.ctx.metrics.mark(self.ctx.unit, turn, Mark.BARGE_IN, time.perf_counter())
         self.ctx.events.emit(TurnCancelled(self.ctx.unit, turn, BARGE_IN))
+
+
+def _health_poll(device: object) -> Callable[[], list[HealthReport]] | None:
+    """The ``poll_health`` of a sound device, looking through wrappers that keep the
+    wrapped source as ``inner`` (push-to-talk)."""
+    for _ in range(4):
+        if device is None:
+            return None
+        poll = getattr(device, "poll_health", None)
+        if callable(poll):
+            return poll
+        device = getattr(device, "inner", None)
+    return None

@@ -153,13 +153,14 @@ class TransformersLlm:
         self.model = model
         self.tokenizer = tokenizer
         self.folder = folder
-        self.lock = model_lock()  # one forward pass at a time on this model, measured
+        self.lock = model_lock("llm model lock")  # one forward pass at a time on this model, measured
         first = next(model.parameters())
         self.actual_device = str(first.device)
         self.weights_bytes = torch_weights_bytes(model)
         self.dtype = str(first.dtype).removeprefix("torch.")
         self.context_tokens = int(getattr(model.config, "max_position_embeddings", 0) or 0)
         self.stop_ids = _stop_token_ids(model, tokenizer)
+        self.end_of_message_id = _end_of_message_id(tokenizer)
         params = inspect.signature(model.forward).parameters
         # transformers 5.x renamed past_key_values to cache
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
@@ -202,6 +203,15 @@ class TransformersLlm:
         import psutil
 
         return int(psutil.Process().memory_info().rss)
+
+
+def _end_of_message_id(tokenizer) -> int | None:
+    """The token that closes a chat message (``<|im_end|>``, Llama's ``<|eot_id|>``...)."""
+    for name in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>"):
+        token = tokenizer.convert_tokens_to_ids(name)
+        if isinstance(token, int) and token != tokenizer.unk_token_id:
+            return token
+    return tokenizer.eos_token_id
 
 
 def _stop_token_ids(model, tokenizer) -> frozenset[int]:
@@ -253,9 +263,20 @@ class TransformersLlmSession:
         if should_stop():
             return
         started = time.perf_counter()
+        end_of_turn = None
         with torch.inference_mode():
-            prefilled = self._prefill(prompt)
-            logits = self._run(prompt[len(prompt) - prefilled:])
+            cut = self._user_text_end(messages, prompt) if options.score_end_of_turn else None
+            if cut is None:
+                prefilled = self._prefill(prompt)
+                logits = self._run(prompt[len(prompt) - prefilled:])
+            else:
+                # Prefill in two runs split where the user's text ends: the logits there
+                # say how likely the message ends now, at no extra cost.
+                start = cut - self._prefill(prompt[:cut])
+                head = self._run(prompt[start:cut])
+                end_of_turn = float(torch.softmax(head, -1)[llm.end_of_message_id])
+                logits = self._run(prompt[cut:])
+                prefilled = len(prompt) - start
         prefill_seconds = time.perf_counter() - started
 
         reply: list[int] = []
@@ -269,30 +290,47 @@ class TransformersLlmSession:
             now = time.perf_counter()
             if not reply:
                 t_first = now
+            first_step_extra = {"end_of_turn_probability": end_of_turn} if not reply else {}
             if token in llm.stop_ids:
                 # The end-of-turn token cost a forward pass too: count it in the rate.
                 yield self._step(text.flush(), reply, len(reply), prefilled, prefill_seconds,
-                                 t_first, now, True)
+                                 t_first, now, True, **first_step_extra)
                 return
             reply.append(token)
             ngrams.add(token)
             last = len(reply) >= max_new_tokens
             piece = text.push(reply) + (text.flush() if last else "")
             yield self._step(piece, reply, len(reply) - 1, prefilled, prefill_seconds,
-                             t_first, now, last)
+                             t_first, now, last, **first_step_extra)
             if last or should_stop():
                 return
             with torch.inference_mode():
                 logits = self._run([token])
 
     def _step(self, piece: str, reply: list[int], forwards: int, prefilled: int,
-              prefill_seconds: float, t_first: float, now: float, finished: bool) -> LlmStep:
+              prefill_seconds: float, t_first: float, now: float, finished: bool,
+              end_of_turn_probability: float | None = None) -> LlmStep:
         # The first token comes from the prefill's logits; the rate counts decode passes
         # since then (0.0 until there is one).
         rate = forwards / (now - t_first) if forwards > 0 and now > t_first else 0.0
         return LlmStep(text=piece, tokens=len(reply), prompt_tokens=prefilled,
                        prefill_seconds=prefill_seconds, tokens_per_second=rate,
-                       peak_memory_bytes=self.llm.memory_bytes(), finished=finished)
+                       peak_memory_bytes=self.llm.memory_bytes(), finished=finished,
+                       end_of_turn_probability=end_of_turn_probability)
+
+    def _user_text_end(self, messages: list[dict[str, str]], prompt: list[int]) -> int | None:
+        """Where in ``prompt`` the last user message's text ends (before its end-of-message
+        token), or None when the chat template does not allow telling."""
+        tok, end = self.llm.tokenizer, self.llm.end_of_message_id
+        if end is None or not messages or messages[-1].get("role") != "user":
+            return None
+        text = tok.apply_chat_template(messages, add_generation_prompt=False, tokenize=False)
+        marker = tok.convert_ids_to_tokens(end)
+        cut = text.rfind(marker) if isinstance(marker, str) else -1
+        if cut <= 0:
+            return None
+        head = list(tok(text[:cut], add_special_tokens=False)["input_ids"])
+        return len(head) if prompt[:len(head)] == head and len(head) < len(prompt) else None
 
     def _prefill(self, prompt: list[int]) -> int:
         """Crop the cache to its common prefix with ``prompt``; how many tokens remain to run."""

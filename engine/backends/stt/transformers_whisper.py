@@ -105,7 +105,7 @@ class TransformersWhisperStt:
     def __init__(self, model, processor, name: str) -> None:
         self._model = model
         self._processor = processor
-        self.lock = model_lock()  # generate() keeps state on the model: one call at a time
+        self.lock = model_lock("stt model lock")  # generate() keeps state on the model: one call at a time
         self.name = name
         self.multilingual = _is_multilingual(model)
         self.dtype = next(model.parameters()).dtype

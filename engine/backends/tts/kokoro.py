@@ -221,7 +221,7 @@ class KokoroTts:
         self._model = model
         self._style_dim = style_dim
         self._voices_lock = threading.Lock()
-        self.lock = model_lock()  # forward passes, one at a time (see the module doc)
+        self.lock = model_lock("tts model lock")  # forward passes, one at a time (see the module doc)
         self._voices: dict[str, object] = {}  # voice name -> style pack on the model's device
         self._g2ps: dict[bool, object] = {}  # british -> G2P
         self.name = name

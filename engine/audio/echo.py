@@ -1,0 +1,534 @@
+"""Echo cancellation: the microphone hears the reply; this takes the reply back out.
+
+Three parts, one per thread that touches them:
+
+- ``ReferenceLane``: the far end (what the speaker plays) on the listener's clock, 16 kHz,
+  each piece stamped with the ``perf_counter()`` time its first sample is heard.
+- ``ReferenceTap`` (playback side, the sink stage's thread): ``play`` queues a reply chunk
+  on the sink and lays it on the lane. The sink says when a turn's first sample is heard
+  (``AudioSink.first_heard``, from its own clock: the speaker's DAC time, the file sink's
+  ticks), so a turn's audio is placed exactly; audio queued behind audio still playing
+  follows it sample for sample; a chunk that finds the sink idle mid-turn (an underrun) is
+  placed at "now + the sink's latency", learnt from its earlier first-heard times. A cut
+  (barge-in) drops what will not be heard.
+- ``EchoCanceller.clean`` (capture side, the VAD stage's thread): cuts the captured
+  stream into 10 ms frames and runs each through WebRTC's AEC3 (livekit's
+  ``AudioProcessingModule``) with the reference heard ``REFERENCE_LEAD_S`` after the
+  frame was captured: the reference runs ahead (the sink has that audio queued already),
+  so the echo lags it even where a device under-reports its latency by that much.
+  Capture and playback stamps are both on ``perf_counter``,
+  from the devices' reported latencies, which is what aligns the two streams; AEC3 finds
+  the remaining acoustic delay itself. ``EchoDetector`` finds out whether the microphone
+  hears the reply at all: where it does not (headphones), the captured audio goes on
+  untouched instead of being muffled by AEC3 while it learns that. ``EchoMeter``
+  measures, live, how much echo is removed (ERLE, dB) while a reply plays.
+
+The canceller runs while ``enabled()`` says so (``audio.echo_cancellation`` is read per
+block, so switching it applies at once); off, blocks pass through untouched. ``auto`` is
+on where livekit is installed and the reply plays on a speaker (``echo_wanted``). livekit
+is the optional extra ``parley[aec]``: without it ``auto`` is off, and ``on`` is an error
+that gives the pip command (``require_echo``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSink
+from engine.config import EchoCancellation, EngineConfig
+from engine.errors import ConfigError, MissingDependencyError
+
+PACKAGE = "livekit"
+EXTRA = "aec"
+RATE = PIPELINE_RATE
+FRAME = RATE // 100  # AEC3 works on 10 ms frames
+#: AEC3 hands back each captured sample 128 samples (8 ms) later at 16 kHz (its internal
+#: blocking); measured, and checked by tests/test_echo.py. Cleaned blocks are stamped so.
+APM_DELAY_SAMPLES = 128
+#: The reference runs this far ahead of the capture it is matched with (a captured frame
+#: goes in with the reply heard this much later), so the echo never comes before its
+#: reference even where a device under-reports its latency by up to this much; AEC3
+#: estimates the rest of the delay itself (it tracks hundreds of ms).
+REFERENCE_LEAD_S = 0.05
+_KEEP_PAST_S = 2.0  # reference kept after it was heard (capture arrives later than playback)
+_CUT_MARGIN_S = 0.02  # after a cut, what the device already holds still sounds this long
+
+
+@functools.cache
+def available() -> bool:
+    """True where livekit (the ``aec`` extra) is installed; nothing is imported."""
+    try:
+        return importlib.util.find_spec("livekit.rtc") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def hears_itself(sink: AudioSink) -> bool:
+    """True where what ``sink`` plays reaches a microphone: a speaker. (A paced file sink
+    stands for one in tests, with ``audio.echo_cancellation = on``.)"""
+    from engine.audio.speaker import SpeakerSink
+
+    return isinstance(sink, SpeakerSink)
+
+
+def require_echo(config: EngineConfig) -> None:
+    """MissingDependencyError (with the pip command) if ``config`` turns echo
+    cancellation on where livekit is not installed."""
+    if config.audio.echo_cancellation is EchoCancellation.ON and not available():
+        raise MissingDependencyError("echo cancellation ('audio.echo_cancellation' = on)",
+                                     PACKAGE, EXTRA)
+
+
+def echo_wanted(config: EngineConfig, sink: AudioSink) -> bool:
+    """Whether ``config`` asks for echo cancellation on a unit playing to ``sink``."""
+    setting = config.audio.echo_cancellation
+    if setting is EchoCancellation.AUTO:
+        return available() and hears_itself(sink)
+    return setting is EchoCancellation.ON
+
+
+def canceller_for(config: Callable[[], EngineConfig], sink: AudioSink) -> EchoCanceller | None:
+    """The canceller of one pipeline unit playing to ``sink``, or None: where livekit is
+    missing, or where the sink is no speaker and the setting is not ``on`` (a file, a
+    network client: nothing to cancel, so nothing is spent on it).
+
+    ``config`` returns the unit's current settings: the canceller works while they ask for
+    it (``echo_wanted``), so switching ``audio.echo_cancellation`` takes effect at the next
+    block. Raises MissingDependencyError if they say ``on`` and livekit is not installed.
+    """
+    require_echo(config())
+    if not available():
+        return None
+    if not hears_itself(sink) and config().audio.echo_cancellation is not EchoCancellation.ON:
+        return None
+    try:
+        return EchoCanceller(enabled=lambda: echo_wanted(config(), sink))
+    except Exception as exc:  # noqa: BLE001 - livekit's native library failed to load
+        if config().audio.echo_cancellation is EchoCancellation.ON:
+            raise ConfigError(f"'audio.echo_cancellation' = on, but livekit's audio processing "
+                              f"could not start: {exc}") from None
+        logging.getLogger("parley.audio").warning("echo cancellation is off: livekit's audio "
+                                                  "processing could not start: %s", exc)
+        return None
+
+
+# ---------------------------------------------------------------------- the far end
+class _Segment:
+    __slots__ = ("samples", "start", "anchor", "offset")
+
+    def __init__(self, samples: np.ndarray, start: float,
+                 anchor: Callable[[], float | None] | None, offset: float) -> None:
+        self.samples = samples  # 16 kHz
+        self.start = start  # when samples[0] is heard (an estimate while ``anchor`` waits)
+        self.anchor = anchor  # the exact start of its run, once the sink knows it
+        self.offset = offset  # seconds from the run's start to samples[0]
+
+    def resolve(self) -> None:
+        if self.anchor is not None:
+            t = self.anchor()
+            if t is not None:
+                self.start, self.anchor = t + self.offset, None
+
+    @property
+    def end(self) -> float:
+        return self.start + self.samples.size / RATE
+
+
+class ReferenceLane:
+    """What the listener hears when, at 16 kHz: written by playback, read by capture."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._segments: list[_Segment] = []
+        self.samples_added = 0
+
+    def add(self, samples: np.ndarray, start: float,
+            anchor: Callable[[], float | None] | None = None, offset: float = 0.0) -> None:
+        """Lay 16 kHz ``samples`` heard from ``start`` on. With ``anchor``, ``start`` is an
+        estimate: the true start is ``anchor() + offset`` once ``anchor()`` is not None."""
+        if samples.size == 0:
+            return
+        with self._lock:
+            self._segments.append(_Segment(samples, start, anchor, offset))
+            self.samples_added += samples.size
+
+    def read(self, t: float, n: int) -> np.ndarray:
+        """The ``n`` samples heard from time ``t`` on (zeros where nothing played)."""
+        out = np.zeros(n, np.float32)
+        t_end = t + n / RATE
+        with self._lock:
+            keep = []
+            for seg in self._segments:
+                seg.resolve()
+                if seg.end < t - _KEEP_PAST_S:
+                    continue  # long heard: the capture side is past it
+                keep.append(seg)
+                if seg.start >= t_end or seg.end <= t:
+                    continue
+                first = round((seg.start - t) * RATE)  # where samples[0] falls in ``out``
+                lo, hi = max(0, first), min(n, first + seg.samples.size)
+                if hi > lo:
+                    out[lo:hi] = seg.samples[lo - first:hi - first]
+            self._segments = keep
+        return out
+
+    def cut(self, after: float) -> None:
+        """Nothing from time ``after`` on will be heard (a barge-in flushed the sink)."""
+        with self._lock:
+            keep = []
+            for seg in self._segments:
+                seg.resolve()
+                if seg.start >= after:
+                    continue
+                if seg.end > after:
+                    seg.samples = seg.samples[:max(0, round((after - seg.start) * RATE))]
+                keep.append(seg)
+            self._segments = keep
+
+    def __len__(self) -> int:
+        return len(self._segments)
+
+
+class ReferenceTap:
+    """The playback side: plays reply audio on ``sink`` and lays it on the lane."""
+
+    def __init__(self, lane: ReferenceLane, sink: AudioSink, latency_s: float | None = None) -> None:
+        self.lane = lane
+        self.sink = sink
+        # How long a chunk queued on an idle sink takes to be heard: learnt from the sink's
+        # first-heard times; the speaker's reported output latency to start with.
+        self.latency_s = (latency_s if latency_s is not None
+                          else float(getattr(sink, "latency", 0.0) or 0.0) + 0.005)
+        self._in_run = False  # chunks laid so far play back to back, from the run's start
+        self._run_turn: int | None = None  # turn whose first-heard time anchors the run
+        self._run_anchor: Callable[[], float | None] | None = None
+        self._run_start = 0.0  # estimated start of the current run
+        self._run_offset = 0.0  # seconds of audio laid in the current run
+        self._learn: tuple[int, float] | None = None  # (turn, time queued on an idle sink)
+        self._heard: set[int] = set()  # turns with audio laid already
+
+    def play(self, audio: np.ndarray, sample_rate: int, turn_id: int) -> None:
+        """``sink.play`` the chunk, and lay it on the lane where it will be heard."""
+        from engine.audio.decode import resample
+
+        self._learn_latency()
+        idle = not self.sink.is_playing  # before the chunk is queued
+        now = time.perf_counter()
+        self.sink.play(audio, sample_rate, turn_id)
+        samples = resample(audio, sample_rate, RATE)
+        if idle or not self._in_run:
+            # A new run: it starts when the sink's clock next takes a block.
+            self._run_start, self._run_offset = now + self.latency_s, 0.0
+            if turn_id not in self._heard:
+                sink = self.sink
+                self._run_turn = turn_id
+                self._run_anchor = lambda: sink.first_heard(turn_id)
+                if idle:
+                    self._learn = (turn_id, now)
+            else:  # the sink ran dry mid-turn: its first-heard time is of no use now
+                self._run_turn, self._run_anchor = turn_id, None
+            self._in_run = True
+        self._heard.add(turn_id)
+        if len(self._heard) > 64:
+            self._heard = {t for t in self._heard if t > turn_id - 32}
+        self.lane.add(samples, self._run_start + self._run_offset, self._run_anchor, self._run_offset)
+        self._run_offset += samples.size / RATE
+
+    def cut(self) -> None:
+        """The sink was flushed: what it had not played yet will not be heard."""
+        self.lane.cut(time.perf_counter() + self.latency_s + _CUT_MARGIN_S)
+        self._in_run, self._run_turn, self._run_anchor, self._learn = False, None, None, None
+
+    def _learn_latency(self) -> None:
+        if self._learn is None:
+            return
+        turn, queued = self._learn
+        heard = self.sink.first_heard(turn)
+        if heard is None:
+            return
+        self._learn = None
+        observed = heard - queued
+        if 0.0 <= observed < 1.0:
+            self.latency_s += 0.5 * (observed - self.latency_s)
+
+
+# ---------------------------------------------------------------------- the canceller
+class LivekitAec:
+    """WebRTC's AEC3 (with its high-pass filter) through livekit: 10 ms 16-bit frames."""
+
+    name = "livekit"
+
+    def __init__(self) -> None:
+        try:
+            from livekit import rtc
+        except ImportError:
+            raise MissingDependencyError("echo cancellation", PACKAGE, EXTRA) from None
+        self._apm = rtc.AudioProcessingModule(echo_cancellation=True, high_pass_filter=True,
+                                              noise_suppression=False, auto_gain_control=False)
+        self._near_buf, self._far_buf = bytearray(2 * FRAME), bytearray(2 * FRAME)
+        self._near = np.frombuffer(self._near_buf, np.int16)
+        self._far = np.frombuffer(self._far_buf, np.int16)
+        self._near_frame = rtc.AudioFrame(self._near_buf, RATE, 1, FRAME)
+        self._far_frame = rtc.AudioFrame(self._far_buf, RATE, 1, FRAME)
+
+    def process(self, near: np.ndarray, far: np.ndarray, delay_ms: int) -> np.ndarray:
+        """One 10 ms frame: ``near`` captured, ``far`` heard at the same time; float32 out."""
+        self._far[:] = _to_int16(far)
+        self._apm.process_reverse_stream(self._far_frame)
+        self._near[:] = _to_int16(near)
+        self._apm.set_stream_delay_ms(delay_ms)
+        self._apm.process_stream(self._near_frame)
+        return self._near.astype(np.float32) / 32768.0
+
+
+def _to_int16(x: np.ndarray) -> np.ndarray:
+    return np.clip(np.nan_to_num(x) * 32768.0, -32768, 32767).astype(np.int16)
+
+
+@dataclass(frozen=True, slots=True)
+class EchoStats:
+    """What the canceller did: for the app's meter and the tests."""
+
+    active: bool  # cleaning now
+    erle_db: float | None  # echo removed over the last seconds of reply (median), dB
+    erle_total_db: float | None  # over everything measured so far
+    measured_s: float  # seconds of capture measured (a reply was audible)
+    processed_s: float  # seconds of capture run through the canceller
+    echo_heard: bool | None = None  # does the microphone hear the reply (None: not known yet)
+
+
+class EchoMeter:
+    """ERLE (echo return loss enhancement): captured over cleaned power, in dB, over the
+    10 ms frames in which the reply (or its room tail) was audible.
+
+    The live figure is the median over the last ``WINDOW_S`` of such frames: speaking
+    over the reply (your voice is in both) or the first second of a new room (the
+    canceller still learning) pull single frames down, not the figure, while they are a
+    minority. ``erle_total_db`` is the plain power ratio over everything measured.
+    """
+
+    TAIL_FRAMES = 30  # the reference counts as audible this long after it stops (300 ms)
+    REF_FLOOR = 10 ** (-55 / 10)  # reference power (full scale 1.0) that counts as playing
+    MIC_FLOOR = 10 ** (-75 / 10)  # captured power below which there is nothing to measure
+    WINDOW_S = 5.0
+    MIN_S = 0.5  # measured this long before a live figure is given
+
+    def __init__(self) -> None:
+        self._since_ref = self.TAIL_FRAMES + 1
+        self._recent: deque[float] = deque(maxlen=round(self.WINDOW_S * RATE / FRAME))
+        self._in_total = self._out_total = 0.0
+        self._frames = 0
+
+    def add(self, near: np.ndarray, far: np.ndarray, out: np.ndarray) -> None:
+        ref = float(np.mean(np.square(far, dtype=np.float64)))
+        self._since_ref = 0 if ref > self.REF_FLOOR else self._since_ref + 1
+        if self._since_ref > self.TAIL_FRAMES:
+            return
+        p_in = float(np.mean(np.square(near, dtype=np.float64)))
+        if p_in < self.MIC_FLOOR:
+            return
+        p_out = float(np.mean(np.square(out, dtype=np.float64)))
+        self._recent.append(_ratio_db(p_in, p_out))
+        self._in_total += p_in
+        self._out_total += p_out
+        self._frames += 1
+
+    @property
+    def measured_s(self) -> float:
+        return self._frames * FRAME / RATE
+
+    @property
+    def erle_db(self) -> float | None:
+        recent = list(self._recent)  # a copy: the app reads while the VAD thread adds
+        if len(recent) * FRAME / RATE < self.MIN_S:
+            return None
+        return float(np.median(recent))
+
+    @property
+    def erle_total_db(self) -> float | None:
+        return _ratio_db(self._in_total, self._out_total) if self._frames else None
+
+
+def _ratio_db(num: float, den: float) -> float:
+    return 10.0 * math.log10(max(num, 1e-20) / max(den, 1e-20))
+
+
+class EchoDetector:
+    """Does the microphone hear the reply at all? (On headphones it does not.)
+
+    AEC3 does not know at first, and until it has learnt that there is no echo (5 to 10 s
+    of reply, measured) it suppresses whatever the microphone hears while a reply plays:
+    on headphones, the user's own barge-in (2.5 s late in the pipeline test). So this
+    looks for a linear path from the reference to the microphone itself: every ``EVERY_S``
+    the phase-transform cross-correlation (GCC-PHAT, 150 Hz to 5 kHz) of the last
+    ``WINDOW_S`` of both, at lags 0 to ``MAX_LAG_S``. An echo makes one sharp peak
+    (``PRESENT`` times the rms of the correlation or more: 12 to 25 measured with the
+    reply alone, 7 to 19 with a voice over it); unrelated sound makes none (3 to 6).
+    ``heard`` is None until the first window that holds a second of reply; True at a
+    peak; False without one, but only in a window where the microphone is
+    ``QUIET_DB`` below the reply (nobody talking over it, which also flattens the peak);
+    otherwise it keeps its last answer. While it is not False, the canceller cleans.
+    """
+
+    WINDOW_S = 2.0
+    EVERY_S = 0.5
+    MAX_LAG_S = 0.4  # the echo may lag its reference this much (lead, room, clocks)
+    MIN_ACTIVE_S = 1.0  # audible reply a window needs for an answer
+    PRESENT, ABSENT = 9.0, 6.5
+    QUIET_DB = 15.0
+    BAND_HZ = (150.0, 5000.0)
+
+    def __init__(self) -> None:
+        self._size = round(self.WINDOW_S * RATE)
+        self._ref = np.zeros(self._size, np.float32)
+        self._mic = np.zeros(self._size, np.float32)
+        self._at = 0  # where the next frame is written (a ring)
+        self._active = np.zeros(self._size // FRAME, bool)
+        self._frames = 0
+        self._every = round(self.EVERY_S * RATE / FRAME)
+        freqs = np.fft.rfftfreq(2 * self._size, 1 / RATE)
+        self._band = (freqs >= self.BAND_HZ[0]) & (freqs <= self.BAND_HZ[1])
+        self.heard: bool | None = None
+        self.peak: float | None = None  # the last statistic computed
+        self.lag_s: float | None = None  # where the last peak was
+
+    def add(self, near: np.ndarray, far: np.ndarray) -> None:
+        at = self._at
+        self._ref[at:at + FRAME] = far
+        self._mic[at:at + FRAME] = near
+        self._active[at // FRAME] = float(np.mean(np.square(far, dtype=np.float64))) > EchoMeter.REF_FLOOR
+        self._at = (at + FRAME) % self._size
+        self._frames += 1
+        if self._frames % self._every == 0:
+            self._decide()
+
+    def _decide(self) -> None:
+        if np.count_nonzero(self._active) * FRAME / RATE < self.MIN_ACTIVE_S:
+            return
+        ref = np.roll(self._ref, -self._at).astype(np.float64)
+        mic = np.roll(self._mic, -self._at).astype(np.float64)
+        cross = np.fft.rfft(mic, 2 * self._size) * np.conj(np.fft.rfft(ref, 2 * self._size))
+        cross[~self._band] = 0.0
+        cross /= np.abs(cross) + 1e-20
+        corr = np.abs(np.fft.irfft(cross))
+        max_lag = round(self.MAX_LAG_S * RATE)
+        ahead, behind = corr[:max_lag], corr[-max_lag:]  # the echo lags; "behind" is chance
+        floor = math.sqrt(float(np.mean(np.square(np.concatenate([ahead, behind])))))
+        if floor <= 0.0:
+            return
+        lag = int(np.argmax(ahead))
+        self.peak, self.lag_s = float(ahead[lag]) / floor, lag / RATE
+        quiet = _ratio_db(float(np.mean(np.square(ref))), float(np.mean(np.square(mic)))) >= self.QUIET_DB
+        if self.peak >= self.PRESENT:
+            self.heard = True
+        elif self.peak <= self.ABSENT and quiet:
+            self.heard = False
+
+
+class EchoCanceller:
+    """One pipeline unit's canceller: the reference lane, AEC3, and the meter.
+
+    ``tap(sink)`` is the playback side; ``clean(block)`` the capture side (one thread).
+    """
+
+    def __init__(self, enabled: Callable[[], bool] = lambda: True,
+                 aec_factory: Callable[[], object] | None = None,
+                 lead_s: float = REFERENCE_LEAD_S) -> None:
+        self.lane = ReferenceLane()
+        self.meter = EchoMeter()
+        self.detector = EchoDetector()
+        self._enabled = enabled
+        self._aec = (aec_factory or LivekitAec)()  # the default looked up now: tests replace it
+        self.lead_s = lead_s
+        self._delay_ms = round(lead_s * 1000)
+        self._pending = np.zeros(0, np.float32)  # captured samples short of a frame
+        self._pending_t = 0.0  # capture time of _pending[0]
+        self._active = False
+        self._processed = 0
+        # The input as AEC3 delays it: what goes out where the microphone hears no echo.
+        self._raw = np.zeros(APM_DELAY_SAMPLES + FRAME, np.float32)
+
+    def tap(self, sink: AudioSink) -> ReferenceTap:
+        """The playback side for ``sink`` (give it to ``Playback``)."""
+        return ReferenceTap(self.lane, sink)
+
+    @property
+    def active(self) -> bool:
+        """True while blocks are being cleaned (the setting asks for it)."""
+        return self._active
+
+    def stats(self) -> EchoStats:
+        meter = self.meter
+        return EchoStats(self._active, meter.erle_db, meter.erle_total_db, meter.measured_s,
+                         self._processed / RATE, self.detector.heard)
+
+    def clean(self, block: AudioBlock) -> AudioBlock:
+        """``block`` without the reply's echo, or as it is while the canceller is off.
+
+        Samples are cleaned in whole 10 ms frames: up to 10 ms wait for the next block,
+        and the frames come out ``APM_DELAY_SAMPLES`` late; the block returned is stamped
+        with the capture time of its first sample. Its marker stays with it.
+        """
+        active = self._active = bool(self._enabled())
+        if not active:
+            if self._pending.size == 0:
+                return block
+            samples = np.concatenate([self._pending, block.samples])
+            t = self._pending_t
+            self._pending = np.zeros(0, np.float32)
+            return AudioBlock(samples, t, block.marker)
+        samples = np.asarray(block.samples, np.float32)
+        if self._pending.size == 0:
+            self._pending_t = block.t_start
+        elif abs(self._pending_t + self._pending.size / RATE - block.t_start) > 0.002:
+            # Blocks were dropped (or an unpaced source): the samples stay contiguous,
+            # stamped from the newest block's time.
+            self._pending_t = block.t_start - self._pending.size / RATE
+        pending = np.concatenate([self._pending, samples]) if self._pending.size else samples
+        frames = pending.size // FRAME
+        out = np.empty(frames * FRAME, np.float32)
+        t0 = self._pending_t
+        for k in range(frames):
+            near = pending[k * FRAME:(k + 1) * FRAME]
+            far = self.lane.read(t0 + k * FRAME / RATE + self.lead_s, FRAME)
+            cleaned = self._aec.process(near, far, self._delay_ms)
+            raw = self._raw
+            raw[:APM_DELAY_SAMPLES] = raw[FRAME:]
+            raw[APM_DELAY_SAMPLES:] = near
+            self.detector.add(near, far)
+            if self.detector.heard is False:  # no echo (headphones): AEC3 would only muffle
+                cleaned = raw[:FRAME].copy()
+            out[k * FRAME:(k + 1) * FRAME] = cleaned
+            self.meter.add(near, far, cleaned)
+        self._pending = pending[frames * FRAME:].copy()
+        self._pending_t = t0 + frames * FRAME / RATE
+        self._processed += frames * FRAME
+        return AudioBlock(out, t0 - APM_DELAY_SAMPLES / RATE, block.marker)
+
+
+def describe(canceller: EchoCanceller | None, config: EngineConfig, sink: AudioSink) -> str:
+    """One line for the app's status: whether it is on, and the echo it removes."""
+    setting = config.audio.echo_cancellation
+    if canceller is None:
+        if setting is EchoCancellation.OFF:
+            return "echo cancellation: off"
+        return f"echo cancellation: off (needs livekit: pip install 'parley[{EXTRA}]')"
+    if not echo_wanted(config, sink):
+        if setting is EchoCancellation.AUTO:
+            return "echo cancellation: off (the reply does not play on a speaker)"
+        return "echo cancellation: off"
+    stats = canceller.stats()
+    if stats.echo_heard is False:
+        return "echo cancellation: on (no echo heard: headphones?)"
+    return ("echo cancellation: on" if stats.erle_db is None else
+            f"echo cancellation: on, removing {stats.erle_db:.0f} dB of echo")

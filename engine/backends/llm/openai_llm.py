@@ -1,0 +1,173 @@
+"""The remote LLM backend: streaming chat completions from an OpenAI-compatible server.
+
+Every turn sends the whole conversation (system prompt first, the history the stage
+chose, the new user text) and the generation options (``max_tokens``, ``temperature``;
+``repetition_penalty`` and ``no_repeat_ngram_size`` as extra fields, only when they do
+something, since a strict server refuses fields it does not know). The reply streams
+back one delta per token, and the LLM stage cuts it into clauses exactly as it does for
+a local model, so the first clause reaches TTS as soon as it is complete.
+
+Failures are ``RemoteError``s naming the server. A request that fails before its first
+token is retried (``llm.retries``, with a short back-off) when that can help (refused,
+timeout, 429, 5xx, a connection lost); once a token was handed on, a lost stream ends
+the turn with an error and is never asked for again, so no reply is heard twice.
+When ``should_stop()`` turns true (barge-in, a reopened turn) the stream is closed at
+the next delta, which closes the connection: the server sees the client go and stops.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from engine.backends.base import GenerationOptions, LlmStep, LoadRequest, Progress, no_progress
+from engine.backends.remote import Endpoint, RemoteClient, Retrier
+from engine.devices import Device
+from engine.errors import DeviceError
+from engine.metrics import Figure
+
+
+def load(request: LoadRequest, progress: Progress = no_progress) -> RemoteLlm:
+    """A client of the server the ``llm`` section names, for ``request.model``."""
+    _check_device(request.device)
+    endpoint = Endpoint.of("llm", request.options)
+    progress(None, f"using {request.model} on {endpoint.base_url}")
+    return RemoteLlm(RemoteClient(endpoint), request.model)
+
+
+def _check_device(device: Device) -> None:
+    if device.kind != "remote":
+        raise DeviceError(f"llm backend 'openai' cannot run on {device}; it runs on remote "
+                          "(a server named by llm.base_url)")
+
+
+class RemoteLlm:
+    """A model on a server, shared by every pipeline unit (the client's pool is thread-safe)."""
+
+    actual_device = "remote"
+
+    def __init__(self, client: RemoteClient, model: str) -> None:
+        self.client = client
+        self.model = model
+        self.endpoint = client.endpoint
+
+    def new_session(self) -> RemoteLlmSession:
+        return RemoteLlmSession(self)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class RemoteLlmSession:
+    """One unit's conversation: stateless on this side (the server gets the whole history
+    each turn). ``figures`` holds the network figures of the last reply."""
+
+    def __init__(self, llm: RemoteLlm) -> None:
+        self.llm = llm
+        self.figures: dict[Figure, float] = {}
+
+    def _request(self, messages: list[dict[str, str]], options: GenerationOptions):
+        extra: dict = {}
+        if options.repetition_penalty != 1.0:
+            extra["repetition_penalty"] = options.repetition_penalty
+        if options.no_repeat_ngram_size > 0:
+            extra["no_repeat_ngram_size"] = options.no_repeat_ngram_size
+        return self.llm.client.openai.chat.completions.create(
+            model=self.llm.model, messages=messages, stream=True,
+            max_tokens=options.max_new_tokens, temperature=options.temperature,
+            stream_options={"include_usage": True}, extra_body=extra or None)
+
+    def generate(self, messages: list[dict[str, str]], options: GenerationOptions,
+                 should_stop: Callable[[], bool]) -> Iterator[LlmStep]:
+        """Stream the reply to ``messages``: a step per delta, the last one ``finished``."""
+        client = self.llm.client
+        retrier = Retrier(client.endpoint, should_stop)
+        self.figures = {}
+        while True:
+            if should_stop():
+                return
+            started = time.perf_counter()
+            try:
+                stream = self._request(messages, options)
+            except Exception as exc:  # noqa: BLE001 - every failure is translated for the user
+                error = client.error(exc, self.llm.model)
+                if retrier.again(error):
+                    continue
+                raise error from None
+            self._network(client)
+            try:
+                yield from self._steps(stream, started, should_stop, retrier)
+                return
+            except _Retry:
+                continue
+            finally:
+                stream.close()  # a reply cut short (barge-in, a cap) closes the connection
+
+    def _network(self, client: RemoteClient) -> None:
+        timing = client.timing()
+        if timing is not None:
+            if timing.network_s is not None:
+                self.figures[Figure.LLM_NETWORK_S] = timing.network_s
+            if timing.headers_s is not None:
+                self.figures[Figure.LLM_HEADERS_S] = timing.headers_s
+
+    def _steps(self, stream, started: float, should_stop: Callable[[], bool],
+               retrier: Retrier) -> Iterator[LlmStep]:
+        client = self.llm.client
+        tokens = 0
+        prompt_tokens = 0
+        usage_tokens = None
+        finish = None
+        t_first = 0.0
+        prefill = 0.0
+        try:
+            for chunk in stream:
+                usage = getattr(chunk, "usage", None)
+                if usage is not None:
+                    prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
+                    usage_tokens = getattr(usage, "completion_tokens", None)
+                for choice in chunk.choices or ():
+                    delta = getattr(choice, "delta", None)
+                    text = (getattr(delta, "content", None) or "") if delta is not None else ""
+                    if choice.finish_reason:
+                        finish = choice.finish_reason
+                    if not text:
+                        continue
+                    now = time.perf_counter()
+                    if tokens == 0:
+                        t_first, prefill = now, now - started
+                    tokens += 1
+                    rate = (tokens - 1) / (now - t_first) if tokens > 1 and now > t_first else 0.0
+                    yield LlmStep(text=text, tokens=tokens, prompt_tokens=prompt_tokens,
+                                  prefill_seconds=prefill, tokens_per_second=rate)
+                    if should_stop():
+                        return
+        except Exception as exc:  # noqa: BLE001 - every failure is translated for the user
+            error = client.error(exc, self.llm.model)
+            if tokens == 0:
+                if retrier.again(error):
+                    raise _Retry from None
+                raise error from None
+            raise client.cut(f"stopped sending the reply after {tokens} token"
+                             f"{'s' if tokens != 1 else ''} ({error.kind})", False) from None
+        if finish is None:
+            if should_stop():
+                return
+            if tokens == 0:
+                error = client.cut("ended the reply before its first token", True)
+                if retrier.again(error):
+                    raise _Retry
+                raise error
+            raise client.cut(f"stopped sending the reply after {tokens} token"
+                             f"{'s' if tokens != 1 else ''} (no end of reply)", False)
+        now = time.perf_counter()
+        count = int(usage_tokens) if usage_tokens else tokens
+        rate = (tokens - 1) / (now - t_first) if tokens > 1 and now > t_first else 0.0
+        yield LlmStep(text="", tokens=count, prompt_tokens=prompt_tokens,
+                      prefill_seconds=prefill or (now - started), tokens_per_second=rate,
+                      finished=True)
+
+
+class _Retry(Exception):
+    """Internal: the request failed before its first token and will be made again."""
+

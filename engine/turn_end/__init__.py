@@ -1,0 +1,1 @@
+"""Learned end-of-turn detection: an audio model and a text signal, combined."""

@@ -1,0 +1,123 @@
+"""Where the two end-of-turn signals of a turn in its grace meet, and who computes them.
+
+When the user pauses, the source stage (VAD) asks ``AudioScorer`` for the audio model's
+probability on a thread of its own (never in the capture callback, never holding up the
+frames), and the LLM stage, which prefills the speculative transcript anyway, posts the
+probability that the user's message ends there. The source stage reads ``scores`` each
+frame of the grace and decides. Scores are kept per turn revision (turn id, generation),
+so a reopened turn never sees the scores of its dropped revision.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+log = logging.getLogger("parley.turn_end")
+
+
+@dataclass(frozen=True, slots=True)
+class TurnScores:
+    """What is known about one turn revision: each probability, once computed."""
+
+    audio: float | None = None
+    text: float | None = None
+
+    @property
+    def combined(self) -> float | None:
+        """sqrt(audio x text): high only when both agree; None until both are known."""
+        if self.audio is None or self.text is None:
+            return None
+        return math.sqrt(max(self.audio, 0.0) * max(self.text, 0.0))
+
+
+class TurnEndBoard:
+    """The scores of the turn revisions in flight; thread-safe, a few entries at most."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._scores: dict[tuple[int, int], TurnScores] = {}
+
+    def post_audio(self, turn_id: int, generation: int, probability: float) -> None:
+        self._post(turn_id, generation, audio=probability)
+
+    def post_text(self, turn_id: int, generation: int, probability: float) -> None:
+        self._post(turn_id, generation, text=probability)
+
+    def scores(self, turn_id: int, generation: int) -> TurnScores:
+        with self._lock:
+            return self._scores.get((turn_id, generation), TurnScores())
+
+    def forget(self, turn_id: int) -> None:
+        """The turn was decided: drop its entries (every revision)."""
+        with self._lock:
+            self._scores = {k: v for k, v in self._scores.items() if k[0] != turn_id}
+
+    def _post(self, turn_id: int, generation: int, **value: float) -> None:
+        with self._lock:
+            key = (turn_id, generation)
+            old = self._scores.get(key, TurnScores())
+            self._scores[key] = TurnScores(value.get("audio", old.audio), value.get("text", old.text))
+            if len(self._scores) > 16:  # decided turns are forgotten; this only bounds leaks
+                for stale in sorted(self._scores)[:-8]:
+                    del self._scores[stale]
+
+
+class AudioScorer:
+    """One thread that scores turn audio with the audio model; the newest request wins.
+
+    ``score(audio) -> probability`` is the shared model's call; results go to ``board``.
+    Started and joined by the pipeline unit.
+    """
+
+    def __init__(self, name: str, score: Callable[[np.ndarray], float], board: TurnEndBoard,
+                 on_error: Callable[[str], None]) -> None:
+        self._score = score
+        self._board = board
+        self._on_error = on_error
+        self._cond = threading.Condition()
+        self._request: tuple[int, int, np.ndarray] | None = None
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, turn_id: int, generation: int, audio: np.ndarray) -> None:
+        """Score ``audio`` for that turn revision (replaces a request not yet started)."""
+        with self._cond:
+            self._request = (turn_id, generation, audio)
+            self._cond.notify()
+
+    def stop(self, timeout: float) -> bool:
+        """End the thread (after the call in progress); True if it ended in time."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread.ident is not None:
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def thread_name(self) -> str:
+        return self._thread.name
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._request is None and not self._stopping:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                turn_id, generation, audio = self._request
+                self._request = None
+            try:
+                self._board.post_audio(turn_id, generation, self._score(audio))
+            except Exception as exc:  # a failed score leaves the grace to decide (logged)
+                log.exception("end-of-turn audio scoring failed")
+                self._on_error(f"{type(exc).__name__}: {exc}")
