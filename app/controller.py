@@ -96,6 +96,20 @@ def _audio_items(config: EngineConfig) -> dict[str, Any]:
     return {k: v for k, v in config.flat().items() if effect_of(k) is Effect.AUDIO}
 
 
+def _open_history(engine, store):
+    """Record ``engine``'s turns into the history (runs on the worker). Returns the
+    recorder, the store, and a notice to show (a damaged database moved aside, or why
+    the history is unavailable); the conversation goes on without history if it fails."""
+    from engine.history import HistoryStore, record_history
+
+    opened = store is None
+    try:
+        store = store or HistoryStore()
+    except ParleyError as exc:
+        return None, None, f"the conversation history is off: {exc}"
+    return record_history(engine, "desktop", store), store, store.notice if opened else None
+
+
 def _safe_snapshot(engine):
     try:
         return engine.snapshot()
@@ -129,6 +143,9 @@ class EngineController(QObject):
         self.engine = None
         self.worker = Worker(self)
         self.snapshots = SnapshotPoller()
+        # Every finished turn of the desktop conversation goes to the history as it ends.
+        self.history = None  # HistoryRecorder of the current engine
+        self.history_store = None  # the HistoryStore, opened with the first engine
         self.mode = ControllerMode.IDLE
         self.state = ControllerState.NOT_LOADED
         self.loading = False  # models are loading (a new engine, or a reload by Apply)
@@ -239,10 +256,12 @@ class EngineController(QObject):
         self.load_started.emit(config)
         self._refresh()
 
+        store = self.history_store
+
         def job():
             engine = Engine(config, registry=registry)
             engine.load(self._progress)
-            return engine, _safe_snapshot(engine)
+            return engine, _safe_snapshot(engine), _open_history(engine, store)
 
         self.worker.submit(JobKind.LOAD, job, lambda value: self._loaded(*value, then),
                            self._load_failed)
@@ -253,12 +272,18 @@ class EngineController(QObject):
         except RuntimeError:
             pass
 
-    def _loaded(self, engine, snapshot, then: Callable[[], None] | None) -> None:
+    def _loaded(self, engine, snapshot, history, then: Callable[[], None] | None) -> None:
         self.loading = self.building = False
+        recorder, store, notice = history
         if self._closing:
+            if recorder is not None:
+                recorder.close()
             engine.close()
             return
         old, was_mic = self.engine, self.mode is ControllerMode.MIC
+        old_recorder, self.history, self.history_store = self.history, recorder, store
+        if notice:
+            self.error.emit(notice)
         self.engine = engine
         # Device switches made meanwhile win over the loaded config.
         self.config = engine.config.with_overrides(_audio_items(self.config))
@@ -279,6 +304,8 @@ class EngineController(QObject):
 
         def job():
             stuck = old.stop(2.0)
+            if old_recorder is not None:
+                old_recorder.close()  # its last turns are written before it goes
             old.release_models()  # shared models stay: the new engine holds them too
             gate = None
             if was_mic:
@@ -527,6 +554,10 @@ class EngineController(QObject):
         if self.engine is not None:
             stuck += self.engine.stop(2.0)
             self.engine.release_models()
+        if self.history is not None:
+            self.history.close()  # every finished turn is written before the window goes
+        if self.history_store is not None:
+            self.history_store.close()
         self.mode = ControllerMode.IDLE
         self._gate = None
         return stuck

@@ -28,6 +28,7 @@ from app.settings import save_config, set_ui_value, ui_value
 from app.settings_panel import SettingsPanel
 from app.status_line import Banner, StageStatus, StatePill
 from engine.config import STAGES, EngineConfig
+from engine.errors import ParleyError
 
 POLL_MS = 100  # meters and graphs at 10 Hz
 
@@ -193,7 +194,10 @@ class MainWindow(QMainWindow):
         quit_action.triggered.connect(self.close)
         interrupt = QAction("Interrupt reply", self, shortcut=QKeySequence("Esc"))
         interrupt.triggered.connect(self.controller.interrupt)
-        for action in (self.listen_action, interrupt, recording, clear):
+        self.history_action = QAction("Conversation history…", self,
+                                      shortcut=QKeySequence("Ctrl+H"))
+        self.history_action.triggered.connect(self.show_history)
+        for action in (self.listen_action, interrupt, recording, clear, self.history_action):
             file_menu.addAction(action)
         file_menu.addSeparator()
         file_menu.addAction(quit_action)
@@ -428,6 +432,18 @@ class MainWindow(QMainWindow):
                 self.meters.update_snapshot(snap)
         elif current is self.graphs_page:
             self.graphs.redraw()
+
+    def show_history(self) -> None:
+        """Open the conversation history: past conversations, reopened and exported."""
+        from app.history_dialog import HistoryDialog
+
+        try:
+            dialog = HistoryDialog(parent=self)
+        except ParleyError as exc:
+            self.banner.show_message(str(exc))
+            return
+        self.history_dialog = dialog
+        dialog.open()
 
     def _tick_server(self) -> None:
         """The Server tab's tables, from the pool poller's latest reading; only when shown."""

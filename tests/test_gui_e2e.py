@@ -188,6 +188,16 @@ def test_conversation_with_real_models_in_the_window(qtbot, gui_settings, jfk_pa
     print(f"close with a running pipeline: {close_s * 1000:.0f} ms")
     assert window.shutdown_stuck == []
     assert engine.threads_alive() == [] and _engine_threads() == []
+    # Every finished turn of the desktop conversation was stored in the history.
+    from engine.history import HistoryStore
+
+    store = HistoryStore()  # the test session's PARLEY_DATA_DIR (tests/conftest.py)
+    try:
+        stored = [t.transcript for c in store.conversations(limit=None)
+                  for t in store.conversation(c.id).turns]
+    finally:
+        store.close()
+    assert any("ask not what your country" in normalize(t) for t in stored), stored
     assert engine.state is EngineState.STOPPED and not engine.models
     assert close_s < 5.0
 
