@@ -161,6 +161,12 @@ class MainWindow(QMainWindow):
         row.addWidget(self.ptt_check)
         row.addWidget(self.talk_button)
         row.addStretch(1)
+        # Echo cancellation, live: whether it runs and how much of the reply's echo it
+        # removes (from the snapshot); empty while nothing plays to a speaker.
+        self.echo_label = QLabel("")
+        self.echo_label.setObjectName("hint")
+        self.echo_label.setAccessibleName("Echo cancellation")
+        row.addWidget(self.echo_label)
         row.addWidget(self.level)
         row.addSpacing(8)
         row.addWidget(self.pill)
@@ -420,6 +426,9 @@ class MainWindow(QMainWindow):
         if snap is None:
             return
         self.level.set_level(snap.input_level, c.mode is not ControllerMode.IDLE, c.mic_passing)
+        echo = f"Echo cancellation: {snap.echo}" if snap.echo else ""
+        if echo != self.echo_label.text():
+            self.echo_label.setText(echo)
         if snap is not self._drawn:
             self._drawn = snap
             self.graphs.update_snapshot(snap)

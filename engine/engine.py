@@ -64,6 +64,7 @@ class EngineSnapshot:
     input_level: float
     capture_overflows: int
     mlx_lock: MlxLockSnapshot | None = None  # set when an MLX stage is in use
+    echo: str | None = None  # echo cancellation of the first unit playing to a speaker
 
 
 log = logging.getLogger("parley.engine")
@@ -212,6 +213,9 @@ class Engine:
                 raise ParleyError(f"the engine cannot apply settings while {self.state.value}; "
                                   "load it first")
             diff = diff_configs(self.config, config)
+            from engine.audio.echo import require_echo
+
+            require_echo(config)  # 'on' without livekit: the pip command, nothing changed
             self._prepare_turn_model(config)
             outside = diff.keys(Effect.AUDIO) + diff.keys(Effect.RESTART)
             if outside:
@@ -362,7 +366,17 @@ class Engine:
             memory=sample_memory(in_use), notes=self.notes, input_level=level,
             capture_overflows=overflows,
             mlx_lock=get_mlx_lock().snapshot() if self.mlx_in_use else None,
+            echo=self._echo_status(),
         )
+
+    def _echo_status(self) -> str | None:
+        """How the first unit that has an echo canceller is doing (on, dB removed)."""
+        from engine.audio.echo import describe
+
+        for unit in self.units:
+            if unit.echo is not None:
+                return describe(unit.echo, unit.config, unit.sink)
+        return None
 
 
 def _load_error(placement: Placement, exc: Exception) -> Exception:

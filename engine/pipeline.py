@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 
 from engine.audio.base import AudioSink, AudioSource
+from engine.audio.echo import canceller_for
 from engine.config import EngineConfig
 from engine.control import TurnControl
 from engine.conversation import BARGE_IN, Conversation
@@ -43,9 +44,14 @@ class PipelineUnit:
         self.ctx = StageContext(unit, self.control, metrics, events, config)
         self.conversation = Conversation()
         self.control.on_cancel(self.conversation.on_cancel)
-        self.playback = Playback(unit, sink, self.control, metrics, events)
+        # One echo canceller per unit: playback feeds it what is heard, the VAD stage cleans
+        # the input with it (None without livekit, or when the reply is not on a speaker).
+        self.echo = canceller_for(lambda: self.ctx.config, sink)
+        self.playback = Playback(unit, sink, self.control, metrics, events,
+                                 echo=None if self.echo is None else self.echo.tap(sink))
         gate = PartialGate()
-        self.vad = VadStage(self.ctx, models["vad"], source, self.playback, gate, next_turn_id)
+        self.vad = VadStage(self.ctx, models["vad"], source, self.playback, gate, next_turn_id,
+                            echo=self.echo)
         self.stt = SttStage(self.ctx, models["stt"], gate)
         self.llm = LlmStage(self.ctx, models["llm"], self.conversation)
         self.tts = TtsStage(self.ctx, models["tts"])

@@ -223,8 +223,8 @@ class ReferenceTap:
 
         self._learn_latency()
         idle = not self.sink.is_playing  # before the chunk is queued
+        self.sink.play(audio, sample_rate, turn_id)  # resamples first: queued only now
         now = time.perf_counter()
-        self.sink.play(audio, sample_rate, turn_id)
         samples = resample(audio, sample_rate, RATE)
         if idle or not self._in_run:
             # A new run: it starts when the sink's clock next takes a block.
@@ -325,6 +325,7 @@ class EchoMeter:
 
     def __init__(self) -> None:
         self._since_ref = self.TAIL_FRAMES + 1
+        self._lock = threading.Lock()  # the app reads while the VAD thread adds
         self._recent: deque[float] = deque(maxlen=round(self.WINDOW_S * RATE / FRAME))
         self._in_total = self._out_total = 0.0
         self._frames = 0
@@ -338,10 +339,11 @@ class EchoMeter:
         if p_in < self.MIC_FLOOR:
             return
         p_out = float(np.mean(np.square(out, dtype=np.float64)))
-        self._recent.append(_ratio_db(p_in, p_out))
-        self._in_total += p_in
-        self._out_total += p_out
-        self._frames += 1
+        with self._lock:
+            self._recent.append(_ratio_db(p_in, p_out))
+            self._in_total += p_in
+            self._out_total += p_out
+            self._frames += 1
 
     @property
     def measured_s(self) -> float:
@@ -349,7 +351,8 @@ class EchoMeter:
 
     @property
     def erle_db(self) -> float | None:
-        recent = list(self._recent)  # a copy: the app reads while the VAD thread adds
+        with self._lock:
+            recent = list(self._recent)
         if len(recent) * FRAME / RATE < self.MIN_S:
             return None
         return float(np.median(recent))

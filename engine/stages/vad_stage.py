@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSource, InputMarker
+from engine.audio.echo import EchoCanceller
 from engine.audio.health import DeviceState, HealthLog, HealthReport, SampleGuard
 from engine.config import BargeIn, EndOfTurn, EngineConfig
 from engine.conversation import BARGE_IN, CLEARED, REOPENED
@@ -51,9 +52,11 @@ class VadStage(SourceStage):
     """Source -> frames -> speech probability -> turn events -> segments for STT."""
 
     def __init__(self, ctx: StageContext, vad_model, source: AudioSource, playback: Playback,
-                 gate: PartialGate, next_turn_id: Callable[[], int]) -> None:
+                 gate: PartialGate, next_turn_id: Callable[[], int],
+                 echo: EchoCanceller | None = None) -> None:
         super().__init__("vad", ctx, source, vad_model)
         self.playback = playback
+        self.echo = echo  # takes the reply's own echo out before the VAD hears the input
         self.gate = gate
         self._next_turn_id = next_turn_id
         self.turn_id = 0
@@ -85,9 +88,12 @@ class VadStage(SourceStage):
         if config is not self._config:  # a runtime change: thresholds and waits, mid-turn too
             self._config = config
             self.detector.configure(config.vad, config.turns)
-        if self._pending.size == 0:
-            self._pending_t = block.t_start
         samples = self._guard.check(block.samples, PIPELINE_RATE)
+        if self.echo is not None:
+            block = self.echo.clean(AudioBlock(samples, block.t_start, block.marker))
+            samples = block.samples
+        if self._pending.size == 0:
+            self._pending_t = block.t_start  # the cleaned block's own capture time
         self._pending = np.concatenate([self._pending, samples]) if self._pending.size else samples
         n = self.model.frame_samples
         mute = config.turns.barge_in is BargeIn.MUTE_WHILE_SPEAKING
