@@ -18,7 +18,6 @@ import enum
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from app.snapshots import LatestPoller
 from app.worker import JobKind, Worker
 from engine.config import EngineConfig
 from engine.errors import ParleyError
@@ -133,73 +133,17 @@ def check_port_free(host: str, port: int) -> None:
                                   f"{exc.strerror or exc}") from None
 
 
-class PoolPoller:
-    """A background thread that keeps the latest ``server.pool_status()``; it starts with
-    the first server watched and sleeps while none is."""
+class PoolPoller(LatestPoller):
+    """The latest ``server.pool_status()`` of the server being served, on its own thread;
+    it starts with the first server watched and sleeps while none is."""
 
     def __init__(self, interval_s: float = POOL_POLL_S, name: str = "parley-pool-poller") -> None:
-        self.interval_s = interval_s
-        self.name = name
-        self._lock = threading.Lock()
-        self._server: Any = None
-        self._epoch = 0
-        self._latest: PoolView | None = None
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.polls = 0
+        super().__init__(lambda server: PoolView(time.perf_counter(), server.pool_status()),
+                         "pool_status", interval_s, name)
 
     @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def watch(self, server: Any) -> None:
-        """Poll ``server`` from now on (None: nothing, and the latest reading is dropped)."""
-        with self._lock:
-            self._server = server
-            self._epoch += 1
-            self._latest = None
-        if server is not None and self._thread is None and not self._stopping.is_set():
-            self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-            self._thread.start()
-        self._wake.set()
-
-    def latest(self) -> PoolView | None:
-        """The newest reading of the watched server; never calls the server."""
-        with self._lock:
-            return self._latest
-
-    def stop(self, timeout: float = 2.0) -> bool:
-        """End and join the thread; True if it ended within ``timeout`` (or never ran)."""
-        self._stopping.set()
-        self._wake.set()
-        thread = self._thread
-        if thread is None:
-            return True
-        thread.join(timeout)
-        return not thread.is_alive()
-
-    def _run(self) -> None:
-        failed_epoch = -1
-        while not self._stopping.is_set():
-            with self._lock:
-                server, epoch = self._server, self._epoch
-            if server is not None:
-                try:
-                    status = server.pool_status()
-                except Exception:  # once per server: a failed poll must not end polling
-                    if failed_epoch != epoch:
-                        log.exception("pool_status failed")
-                        failed_epoch = epoch
-                    status = None
-                if status is not None:
-                    self.polls += 1
-                    with self._lock:
-                        if epoch == self._epoch:
-                            self._latest = PoolView(time.perf_counter(), status)
-            # Not serving: sleep until a server is watched (or the poller stops).
-            self._wake.wait(self.interval_s if server is not None else None)
-            self._wake.clear()
+    def polls(self) -> int:
+        return self.readings
 
 
 class ServerController(QObject):

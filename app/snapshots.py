@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("parley.app.snapshots")
@@ -23,52 +24,60 @@ log = logging.getLogger("parley.app.snapshots")
 POLL_S = 0.1  # 10 Hz, the window's redraw rate
 
 
-class SnapshotPoller:
-    """A background thread that keeps the latest ``engine.snapshot()`` of one engine."""
+class LatestPoller:
+    """A background thread that keeps the latest ``read(source)`` of one watched source.
 
-    def __init__(self, interval_s: float = POLL_S, name: str = "parley-snapshots") -> None:
+    It starts with the first source watched and sleeps while none is; a reading of a
+    source that is no longer watched is thrown away. ``read`` returns None for "nothing
+    new"; a reading with a ``t`` older than the one kept does not replace it.
+    """
+
+    def __init__(self, read: Callable[[Any], Any], what: str, interval_s: float = POLL_S,
+                 name: str = "parley-snapshots") -> None:
         self.interval_s = interval_s
         self.name = name
+        self._read = read
+        self._what = what  # for the log line of a failed reading
         self._lock = threading.Lock()
-        self._engine: Any = None
-        self._epoch = 0  # bumped per watched engine: later snapshots of an older one are dropped
+        self._source: Any = None
+        self._epoch = 0  # bumped per watched source: later readings of an older one are dropped
         self._latest: Any = None
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self.snapshots_taken = 0
+        self.readings = 0
 
     @property
     def running(self) -> bool:
         """True while the polling thread is alive."""
         return self._thread is not None and self._thread.is_alive()
 
-    def watch(self, engine: Any, first: Any = None) -> None:
-        """Poll ``engine`` from now on (None: nothing). ``first`` is a snapshot of it
+    def watch(self, source: Any, first: Any = None) -> None:
+        """Poll ``source`` from now on (None: nothing). ``first`` is a reading of it
         already taken (off the GUI thread), shown until the thread's first one arrives.
 
-        The thread starts with the first engine, so a window without one has none.
+        The thread starts with the first source, so a window without one has none.
         """
         with self._lock:
-            self._engine = engine
+            self._source = source
             self._epoch += 1
-            self._latest = first if engine is not None else None
-        if engine is not None and self._thread is None and not self._stopping.is_set():
+            self._latest = first if source is not None else None
+        if source is not None and self._thread is None and not self._stopping.is_set():
             self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
             self._thread.start()
         self._wake.set()
 
-    def offer(self, snapshot: Any) -> None:
-        """A snapshot of the watched engine taken elsewhere (the worker, right after an
+    def offer(self, reading: Any) -> None:
+        """A reading of the watched source taken elsewhere (the worker, right after an
         Apply): kept unless the thread already has a newer one."""
-        if snapshot is None:
+        if reading is None:
             return
         with self._lock:
-            if self._engine is not None and (self._latest is None or snapshot.t >= self._latest.t):
-                self._latest = snapshot
+            if self._source is not None and self._newer(reading):
+                self._latest = reading
 
     def latest(self) -> Any:
-        """The newest snapshot of the watched engine, or None. Never blocks on the engine."""
+        """The newest reading of the watched source, or None. Never blocks on the source."""
         with self._lock:
             return self._latest
 
@@ -82,23 +91,38 @@ class SnapshotPoller:
         thread.join(timeout)
         return not thread.is_alive()
 
+    def _newer(self, reading: Any) -> bool:
+        return self._latest is None or reading.t >= self._latest.t
+
     def _run(self) -> None:
         failed_epoch = -1
         while not self._stopping.is_set():
             with self._lock:
-                engine, epoch = self._engine, self._epoch
-            if engine is not None:
+                source, epoch = self._source, self._epoch
+            if source is not None:
                 try:
-                    snapshot = engine.snapshot()
+                    reading = self._read(source)
                 except Exception:  # logged: a failed poll must not end the polling
-                    if failed_epoch != epoch:  # once per engine, not ten times a second
-                        log.exception("engine snapshot failed")
+                    if failed_epoch != epoch:  # once per source, not ten times a second
+                        log.exception("%s failed", self._what)
                         failed_epoch = epoch
-                    snapshot = None
-                if snapshot is not None:
-                    self.snapshots_taken += 1
+                    reading = None
+                if reading is not None:
+                    self.readings += 1
                     with self._lock:
-                        if epoch == self._epoch and (self._latest is None or snapshot.t >= self._latest.t):
-                            self._latest = snapshot
-            self._wake.wait(self.interval_s)
+                        if epoch == self._epoch and self._newer(reading):
+                            self._latest = reading
+            # Nothing watched: sleep until a source is (or the poller stops).
+            self._wake.wait(self.interval_s if source is not None else None)
             self._wake.clear()
+
+
+class SnapshotPoller(LatestPoller):
+    """The latest ``engine.snapshot()`` of the watched engine, about ten times a second."""
+
+    def __init__(self, interval_s: float = POLL_S, name: str = "parley-snapshots") -> None:
+        super().__init__(lambda engine: engine.snapshot(), "engine snapshot", interval_s, name)
+
+    @property
+    def snapshots_taken(self) -> int:
+        return self.readings
