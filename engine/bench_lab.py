@@ -122,15 +122,16 @@ def _used(devices: set[str]) -> dict[str, int]:
 
 def _lock_waits(engine) -> dict[str, float]:
     """Total wait so far on the MLX lock (if the engine uses MLX) and on each model's lock."""
-    waits: dict[str, float] = {}
-    if engine.mlx_in_use:
-        from engine.mlx_lock import get_mlx_lock
+    from engine.mlx_lock import get_mlx_lock
 
-        waits["mlx"] = get_mlx_lock().snapshot().wait_total
+    waits: dict[str, float] = {}
+    mlx_lock = get_mlx_lock() if engine.mlx_in_use else None
+    if mlx_lock is not None:
+        waits["mlx"] = mlx_lock.snapshot().wait_total
     for stage, model in engine.models.items():
         lock = getattr(model, "lock", None)
         snapshot = getattr(lock, "snapshot", None)
-        if callable(snapshot):
+        if callable(snapshot) and lock is not mlx_lock:  # an MLX model's lock is the MLX lock
             waits[f"{stage} model"] = snapshot().wait_total
     return waits
 
@@ -189,8 +190,16 @@ def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def run_layouts(args: argparse.Namespace, resolved: list[ResolvedLayout], audios: list) -> dict:
-    """Load every layout, warm each up, run the interleaved rounds; the JSON document."""
+class BenchCancelled(ParleyError):
+    """``should_stop`` said stop: raised between loads or runs, after nothing half-done."""
+
+
+def run_layouts(args: argparse.Namespace, resolved: list[ResolvedLayout], audios: list,
+                should_stop: Callable[[], bool] | None = None) -> dict:
+    """Load every layout, warm each up, run the interleaved rounds; the JSON document.
+
+    ``should_stop()`` (optional) is asked before each load and each run; when it returns
+    True, BenchCancelled is raised and every engine loaded so far is closed."""
     from engine.engine import Engine
     from engine.models import ModelRegistry
     from engine.recording import run_recording
@@ -206,7 +215,12 @@ def run_layouts(args: argparse.Namespace, resolved: list[ResolvedLayout], audios
     waits: dict[str, dict[str, float]] = {label: {} for label in labels}
     sampler = MemorySampler(devices)
 
+    def check_stop() -> None:
+        if should_stop is not None and should_stop():
+            raise BenchCancelled("the benchmark was cancelled")
+
     def one_run(index: int, audio, what: str) -> list[dict]:
+        check_stop()
         engine, label = engines[index], labels[index]
         before = _lock_waits(engine)
         _reset_peaks(devices)
@@ -225,6 +239,7 @@ def run_layouts(args: argparse.Namespace, resolved: list[ResolvedLayout], audios
 
     try:
         for layout in resolved:
+            check_stop()
             _say(f"layout {layout.label}:")
             for placement in layout.placements.values():
                 _say(f"  [{placement.stage}] {placement.describe()}")
