@@ -1,6 +1,6 @@
 """The main window: listen/stop, push-to-talk, the mic meter, the conversation, live
-meters and graphs, settings, the realtime server (Server tab), the status line and the
-error banner.
+meters and graphs, settings, the realtime server (Server tab), device layouts compared
+(Benchmark tab), the status line and the error banner.
 
 The GUI thread never waits on the engine: engine work goes through EngineController (a
 background worker), engine events arrive as queued signals from the EventBridge, and the
@@ -17,6 +17,8 @@ from PySide6.QtWidgets import (QApplication, QCheckBox, QFileDialog, QFrame, QHB
                                QPushButton, QScrollArea, QSplitter, QTabWidget, QVBoxLayout,
                                QWidget)
 
+from app.bench_controller import BenchController
+from app.bench_panel import BenchPanel
 from app.bridge import EventBridge
 from app.controller import TRANSITIONS, ControllerMode, ControllerState, EngineController
 from app.conversation_view import ConversationView
@@ -46,6 +48,10 @@ class MainWindow(QMainWindow):
         self.controller = EngineController(config, self.bridge, self)
         # The realtime server: its own engine on the desktop's models (shared, not reloaded).
         self.server = ServerController(lambda: self.controller.config, self.controller.registry, self)
+        # The Benchmark tab: layouts compared on engines (and models) of its own.
+        self.bench = BenchController(
+            lambda: self.controller.config, self,
+            blocked=lambda: "the models are loading" if self.controller.worker.busy else None)
         self._filtering = False  # the push-to-talk key filter is installed
         self._save_on_load = False  # the next loaded config came from Apply
         self._drawn = None  # the snapshot last recorded by the graphs
@@ -107,10 +113,13 @@ class MainWindow(QMainWindow):
         self.settings_page = self._page(self.panel)
         self.server_panel = ServerPanel(self.server, self.settings)
         self.server_page = self._page(self.server_panel)
+        self.bench_panel = BenchPanel(self.bench, lambda: self.controller.config)
+        self.bench_page = self._page(self.bench_panel)
         self.tabs.addTab(self.conversation_page, "Conversation")
         self.tabs.addTab(self.graphs_page, "Performance")
         self.tabs.addTab(self.settings_page, "Settings")
         self.tabs.addTab(self.server_page, "Server")
+        self.tabs.addTab(self.bench_page, "Benchmark")
         body.addWidget(self.tabs, 1)
         root.addLayout(body, 1)
         self.setCentralWidget(central)
@@ -208,7 +217,8 @@ class MainWindow(QMainWindow):
         file_menu.addSeparator()
         file_menu.addAction(quit_action)
         view = self.menuBar().addMenu("&View")
-        for i, name in enumerate(("Conversation", "Performance", "Settings", "Server")):
+        for i, name in enumerate(("Conversation", "Performance", "Settings", "Server",
+                                  "Benchmark")):
             action = QAction(name, self, shortcut=QKeySequence(f"Ctrl+{i + 1}"))
             action.triggered.connect(lambda _c=False, i=i: self.tabs.setCurrentIndex(i))
             view.addAction(action)
@@ -232,6 +242,8 @@ class MainWindow(QMainWindow):
         c.apply_failed.connect(self._apply_failed)
         c.error.connect(self.banner.show_message)
         c.devices_found.connect(p.set_devices)
+        c.devices_found.connect(self.bench_panel.set_devices)
+        self.bench_panel.use_layout.connect(self._use_layout)
         c.audio_devices_found.connect(p.set_audio_devices)
         c.audio_switched.connect(self._audio_switched)
         c.audio_switch_failed.connect(self._audio_switch_failed)
@@ -380,6 +392,17 @@ class MainWindow(QMainWindow):
         self._save_on_load = True
         self.controller.apply(config)
 
+    def _use_layout(self, overrides: dict) -> None:
+        """The Benchmark tab's "Use this layout": the applied settings with its devices,
+        applied (and saved once loaded) as the Settings tab's Apply does."""
+        try:
+            config = self.controller.config.with_overrides(overrides)
+        except ParleyError as exc:
+            self.banner.show_message(f"Could not use the layout: {exc}")
+            return
+        self.panel.show_message("Devices set from the Benchmark tab; applying…", "info")
+        self._apply(config)
+
     def _download_models(self) -> None:
         """Fetch the hub models that would replace the bundled ones, then load them."""
         from app.first_run import ModelDownloadDialog
@@ -469,7 +492,8 @@ class MainWindow(QMainWindow):
                 QApplication.instance().removeEventFilter(self)
             set_ui_value(self.settings, "geometry", self.saveGeometry())
             # Serving first: its clients' units run on models the desktop engine shares.
-            self.shutdown_stuck = self.server.shutdown()
+            self.shutdown_stuck = self.bench.shutdown()  # cancelled; its engines closed
+            self.shutdown_stuck += self.server.shutdown()
             self.shutdown_stuck += self.controller.shutdown()
             self.settings.sync()
         event.accept()
