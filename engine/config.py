@@ -177,8 +177,10 @@ class TurnConfig:
         metadata=_range(0.1, 10.0, "seconds between partials", runtime=True))
     barge_in: BargeIn = field(default=BargeIn.FULL_DUPLEX,
         metadata=_range(help="barge-in mode", runtime=True))
-    end_of_turn: EndOfTurn = field(default=EndOfTurn.AUTO, metadata=_range(
-        help="what ends a turn: learned (Smart Turn audio model + LLM text signal), silence, "
+    # Silence by default: with a conversation history in the prompt, SmolLM2's text signal
+    # rose enough to end jfk.flac at its first pause (CI, 2026-12-01); learned is opt-in.
+    end_of_turn: EndOfTurn = field(default=EndOfTurn.SILENCE, metadata=_range(
+        help="what ends a turn: silence, learned (Smart Turn audio model + LLM text signal), "
              "manual (an explicit commit), or auto (learned where installed)", runtime=True))
     end_of_turn_threshold: float = field(default=0.25, metadata=_range(0.01, 0.99,
         "learned end of turn: commit early when sqrt(audio p x text p) reaches this",

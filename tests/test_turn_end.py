@@ -159,7 +159,7 @@ def test_silence_mode_and_a_missing_model_wait_for_the_grace(registry, one_two_t
     monkeypatch.setattr(smart_turn, "model_files", lambda: (_ for _ in ()).throw(
         MissingDependencyError("learned end-of-turn detection (Smart Turn)", "pipecat-ai", "",
                                "pip install --no-deps 'pipecat-ai==1.14.0'")))
-    engine = _engine(registry, **{"turns.reopen_grace_ms": "1500"})  # auto
+    engine = _engine(registry, **{"turns.reopen_grace_ms": "1500", "turns.end_of_turn": "auto"})
     try:
         assert engine.turn_model is None
         note = next(n for n in engine.notes if n.startswith("end of turn"))
