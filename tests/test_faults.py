@@ -558,7 +558,7 @@ def test_lost_devices_keep_the_pipeline_up_and_answer_the_next_turn(registry, mo
     from engine.audio.decode import load_audio
 
     sound = install_fake_sound(monkeypatch, FakeSoundDevice(period_s=0.008))
-    engine = make_engine(registry, **{"turns.speculative": "true"})
+    engine = make_engine(registry, **{"turns.speculative": "true", "turns.end_of_turn": "auto"})
     events = Events()
     engine.subscribe(events)
     bridge = EventBridge()
