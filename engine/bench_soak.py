@@ -106,6 +106,11 @@ class SoakSource:
             return None
         if self._audio is None:
             if self._started >= self._turns:
+                # All given: wait like a silent microphone. Returning at once would make
+                # the source stage spin, and its GIL share slowed the last turn's LLM 30x.
+                self._wake.clear()
+                if not self._closed:
+                    self._wake.wait(timeout)
                 return None
             with self._lock:
                 ready = self._started < self._released

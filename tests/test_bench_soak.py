@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -64,6 +65,9 @@ def test_the_source_gives_each_recording_once_released_and_stays_open():
     assert [round(float(d.max()), 1) for d in delivered] == [0.1, 0.2, 0.1]
     assert delivered[0].size == 1000 + 800  # the recording, then its silence
     assert not source.finished  # a live source until closed: the pipeline stays as it is
+    t = time.monotonic()
+    assert source.read(0.2) is None  # all given: it waits like a silent microphone, no spin
+    assert time.monotonic() - t >= 0.15
     source.close()
     assert source.finished and source.read(0.01) is None
 
