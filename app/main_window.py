@@ -222,6 +222,9 @@ class MainWindow(QMainWindow):
             action = QAction(name, self, shortcut=QKeySequence(f"Ctrl+{i + 1}"))
             action.triggered.connect(lambda _c=False, i=i: self.tabs.setCurrentIndex(i))
             view.addAction(action)
+        help_menu = self.menuBar().addMenu("&Help")
+        #: The menus by name, for the features that add their actions (``install(window)``).
+        self.menus = {"file": file_menu, "view": view, "help": help_menu}
 
     # ------------------------------------------------------------------ wiring
     def _connect(self) -> None:
