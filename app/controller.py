@@ -134,6 +134,7 @@ class EngineController(QObject):
     audio_devices_found = Signal(object, object)  # inputs, outputs (AudioDevice lists)
     audio_switched = Signal(str, str)  # kind ("input"/"output"), device
     audio_switch_failed = Signal(str, str, str)  # kind, the device kept, message
+    conversation_reset = Signal()  # New conversation: history and KV cache are empty
 
     def __init__(self, config: EngineConfig, bridge: EventBridge, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -427,6 +428,39 @@ class EngineController(QObject):
         """The latest EngineSnapshot of the current engine (taken off the GUI thread by the
         poller), or None. Never calls into the engine."""
         return self.snapshots.latest()
+
+    # ------------------------------------------------------------------ assistant
+    def new_conversation(self) -> None:
+        """Start the conversation over in the background: a reply in flight is cut off,
+        the chat history and the LLM's KV cache are emptied; ``conversation_reset``
+        follows (at once without an engine: there is nothing to clear)."""
+        engine = self.engine
+        if engine is None:
+            self.conversation_reset.emit()
+            return
+
+        def done(complete: bool) -> None:
+            if not complete:
+                self.error.emit("New conversation: the history is cleared, but the LLM was "
+                                "still busy; its KV cache empties before its next reply")
+            self.conversation_reset.emit()
+
+        self.worker.submit(JobKind.NEW_CONVERSATION, engine.new_conversation, done,
+                           self.error.emit)
+
+    def list_voices(self, done: Callable[[Any], None], failed: Callable[[str], None]) -> None:
+        """The current engine's TTS voices (a VoiceList), found in the background."""
+        from app.assistant_jobs import submit_voices
+
+        submit_voices(self, done, failed)
+
+    def preview_voice(self, text: str, voice: str, speed: float,
+                      done: Callable[[Any], None], failed: Callable[[str], None]) -> None:
+        """``text`` spoken with the loaded TTS as ``voice`` at ``speed``, synthesised in
+        the background apart from the pipeline: ``done((audio, rate))`` here."""
+        from app.assistant_jobs import submit_preview
+
+        submit_preview(self, text, voice, speed, done, failed)
 
     # ------------------------------------------------------------------ push-to-talk
     def set_push_to_talk(self, enabled: bool) -> None:

@@ -35,6 +35,9 @@ class JobKind(enum.Enum):
     STOP = "stopping the pipeline"
     SWITCH_INPUT = "switching the input device"
     SWITCH_OUTPUT = "switching the output device"
+    NEW_CONVERSATION = "starting a new conversation"
+    VOICES = "listing the voices"
+    PREVIEW = "previewing the voice"
 
     @property
     def label(self) -> str:

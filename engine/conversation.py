@@ -8,6 +8,7 @@ from dataclasses import dataclass
 REOPENED = "reopened"
 BARGE_IN = "barge-in"
 CLEARED = "cleared"  # the client threw away the audio of the turn in progress
+NEW_CONVERSATION = "new conversation"  # the history is being cleared: drop all work in flight
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +59,7 @@ class Conversation:
         """A reopened turn vanishes (its new revision will be added); a barged-in reply is
         dropped but the user's words stay, since they were really said."""
         with self._lock:
-            if reason in (REOPENED, CLEARED):
+            if reason in (REOPENED, CLEARED, NEW_CONVERSATION):
                 self._exchanges = [e for e in self._exchanges if e.turn_id != turn_id]
             else:
                 self._exchanges = [Exchange(e.turn_id, e.user, "") if e.turn_id == turn_id else e

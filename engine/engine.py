@@ -311,6 +311,38 @@ class Engine:
         for unit in self.units:
             unit.interrupt()
 
+    def new_conversation(self, timeout: float = 10.0) -> bool:
+        """Start every running unit's conversation over (``PipelineUnit.new_conversation``):
+        replies in flight cut off, chat history and LLM KV cache emptied. Blocks up to
+        ``timeout``; True when every unit's KV cache was reset. Without running units
+        there is no history to clear (it belongs to a unit): True."""
+        deadline = time.monotonic() + timeout
+        done = True
+        for unit in list(self.units):
+            done = unit.new_conversation(max(0.1, deadline - time.monotonic())) and done
+        return done
+
+    def voices(self):
+        """The voices of the loaded TTS model (an ``engine.voices.VoiceList``)."""
+        from engine.voices import voices_of
+
+        return voices_of(self._loaded_model("tts"))
+
+    def preview_voice(self, text: str, voice: str = "auto", speed: float = 1.0):
+        """Speak ``text`` with the loaded TTS model as ``voice`` at ``speed``, apart from
+        the pipeline (its settings and queues are untouched): (float32 mono audio, rate).
+        Blocks while it synthesises: call it off the GUI thread."""
+        from engine.voices import preview
+
+        return preview(self._loaded_model("tts"), self.config, text, voice, speed)
+
+    def _loaded_model(self, stage: str) -> object:
+        model = self.models.get(stage)
+        if model is None:
+            raise ParleyError(f"the engine has no {stage} model while {self.state.value}; "
+                              "load it first")
+        return model
+
     def wait_drained(self, timeout: float | None = None) -> bool:
         """Wait until every unit's input ended and all replies were played."""
         deadline = None if timeout is None else time.perf_counter() + timeout

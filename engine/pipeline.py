@@ -10,7 +10,7 @@ from engine.audio.base import AudioSink, AudioSource
 from engine.audio.echo import canceller_for
 from engine.config import EngineConfig
 from engine.control import TurnControl
-from engine.conversation import BARGE_IN, Conversation
+from engine.conversation import BARGE_IN, NEW_CONVERSATION, Conversation
 from engine.events import EngineError, EventHub
 from engine.messages import Transcript
 from engine.metrics import Mark, Metrics
@@ -119,6 +119,34 @@ class PipelineUnit:
         """Cut off the reply in progress, as a barge-in would."""
         # Turn ids only grow: the newer of the spoken and the typed turn is the one answered.
         self.vad.cut_off(max(self.vad.turn_id, self._typed_turn))
+
+    def new_conversation(self, timeout: float = 10.0) -> bool:
+        """Start over: cut off any turn in flight, forget the chat history and empty the
+        LLM session's KV cache. Returns True once the KV cache was reset (False if
+        ``timeout`` passed first, or the unit stopped: it is then reset before its next
+        message). Blocks up to ``timeout``: call it off an event loop.
+
+        A reply in flight is cut off as by ``interrupt`` (and reported cancelled); work
+        queued for it is dropped. The LLM stage resets its session in its own thread,
+        between two messages, since it may be generating right now.
+        """
+        turn = max(self.vad.turn_id, self._typed_turn)
+        record = self.ctx.metrics.turn(self.unit, turn) if turn else None
+        if record is not None and not record.finished and not record.cancelled:
+            self.interrupt()  # heard or on its way: cut off and reported, as Interrupt does
+        # Every generation so far becomes stale: queued transcripts and clauses are dropped,
+        # and an LLM reply finishing now cannot add its exchange (run_if_current).
+        self.control.cancel_all(turn, NEW_CONVERSATION)
+        self.playback.cut()
+        self.conversation.clear()
+        reset = self.llm.reset_session()
+        deadline = time.monotonic() + timeout
+        while not reset.wait(0.1):
+            if self.ctx.stopping.is_set() or time.monotonic() > deadline:
+                return False
+            if not self.llm.alive:  # its input ended meanwhile: nobody else will reset it
+                self.llm.adopt_pending_model()
+        return True
 
     @property
     def drained(self) -> threading.Event:

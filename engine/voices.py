@@ -1,0 +1,68 @@
+"""The voices a loaded TTS model offers, as the voice picker shows them.
+
+Each TTS backend's ``voices()`` returns a ``VoiceList``: the values ``tts.voice`` may take
+with this model (each with a label for people), and whether the backend also takes names
+it cannot list (a remote server decides its own voices).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from engine.errors import ConfigError
+
+
+class Voice(NamedTuple):
+    """One choice of ``tts.voice``: ``name`` is the setting's value, ``label`` the words."""
+
+    name: str
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class VoiceList:
+    """The voices of one loaded TTS model.
+
+    ``voices`` are really available (``auto``, the model's default, first). ``any_name``
+    is True when the backend passes any name on (a remote server): the list is then
+    only a suggestion. ``note`` says in one line where the list comes from.
+    """
+
+    voices: tuple[Voice, ...]
+    any_name: bool = False
+    note: str = ""
+
+    def names(self) -> list[str]:
+        """The ``tts.voice`` values, in order."""
+        return [v.name for v in self.voices]
+
+
+def voices_of(model: object) -> VoiceList:
+    """The voices of a loaded TTS model: its own ``voices()``, or just ``auto``."""
+    listing = getattr(model, "voices", None)
+    if callable(listing):
+        return listing()
+    return VoiceList((Voice("auto", "auto (the model's own voice)"),),
+                     note=f"{type(model).__name__} names no voices")
+
+
+def preview(model, config, text: str, voice: str, speed: float) -> tuple[np.ndarray, int]:
+    """``text`` spoken by the TTS ``model`` as ``voice`` at ``speed``: (float32 mono, rate).
+
+    ``voice`` and ``speed`` are validated as an Apply of ``config`` would (a ConfigError
+    naming the setting), so a preview never plays what the setting could not keep.
+    """
+    options = config.with_overrides({"tts.voice": voice, "tts.speed": speed}).tts
+    check = getattr(model, "check_voice", None)
+    if callable(check):
+        check(options.voice)
+    if not text.strip():
+        raise ConfigError("the preview text is empty; type a sentence to hear")
+    chunks = list(model.synthesize(text, lambda: False, options.voice, options.speed))
+    rate = chunks[0].sample_rate if chunks else int(model.sample_rate)
+    audio = (np.concatenate([c.audio for c in chunks]).astype(np.float32, copy=False)
+             if chunks else np.zeros(0, np.float32))
+    return audio, int(rate)
