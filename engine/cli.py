@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.cli_history import add_history_parser  # light: sqlite3 only
 
     add_history_parser(sub)
+    from engine.cli_models import add_models_parser  # light: huggingface_hub loads to scan
+
+    add_models_parser(sub)
     return parser
 
 
@@ -127,6 +130,10 @@ def main(argv: list[str] | None = None) -> int:
             from engine.cli_history import run_history
 
             return run_history(args)
+        if args.command == "models":
+            from engine.cli_models import run_models
+
+            return run_models(args)
         if args.command == "serve":
             from engine.server.cli import run_serve
 

@@ -1,0 +1,160 @@
+"""File > Models…: the table shows the cached models with sizes and users; Remove asks
+first and refuses a model a loaded stage uses; Download fails clearly when offline;
+every control has an accessible name and a tab stop."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QAbstractButton, QMainWindow, QMenu, QTableWidget
+
+from app.first_run import DownloadState
+from app.model_manager import ModelManagerDialog, install, wanted_downloads
+from tests.test_model_cache import make_hub_repo
+
+
+@pytest.fixture
+def caches(tmp_path, monkeypatch):
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("PARLEY_CACHE_DIR", str(tmp_path / "parley"))
+    make_hub_repo(hub, "org/tiny-stt", {"model.bin": 5000})
+    make_hub_repo(hub, "org/small-llm", {"model.safetensors": 2_500_000})
+    conv = tmp_path / "parley" / "models" / "Small-0123456789ab"
+    conv.mkdir(parents=True)
+    (conv / "model.safetensors").write_bytes(b"s" * 3000)
+    (conv / "parley_source.json").write_text(json.dumps({"gguf": "/nowhere/Small.gguf"}))
+    return hub
+
+
+def _placement(stage, model, backend="transformers", bundled=False):
+    return SimpleNamespace(stage=stage, model=model, backend=backend, bundled=bundled,
+                           endpoint="", device=SimpleNamespace(kind="cpu"),
+                           spec=SimpleNamespace(hub_model=lambda kind: None))
+
+
+def _controller(*placements, loaded=("stt",)):
+    engine = SimpleNamespace(placements={p.stage: p for p in placements},
+                             models={s: object() for s in loaded})
+    return SimpleNamespace(engine=engine, config=None)
+
+
+def _open(qtbot, controller=None):
+    dialog = ModelManagerDialog(controller, bundled=False)
+    qtbot.addWidget(dialog)
+    qtbot.waitUntil(lambda: dialog.scan is not None and not dialog.busy, timeout=10000)
+    return dialog
+
+
+def _rows(dialog):
+    return {dialog.table.item(r, 0).text(): [dialog.table.item(r, c).text()
+                                             for c in range(dialog.table.columnCount())]
+            for r in range(dialog.table.rowCount())}
+
+
+def test_the_table_shows_each_model_its_kind_size_and_user(qtbot, caches):
+    dialog = _open(qtbot, _controller(_placement("stt", "org/tiny-stt", "faster-whisper")))
+    rows = _rows(dialog)
+    assert set(rows) == {"org/tiny-stt", "org/small-llm", "Small-0123456789ab"}
+    assert rows["org/small-llm"][1:3] == ["hub", "2.5 MB"]
+    assert rows["org/tiny-stt"][2] == "5.0 kB" and rows["org/tiny-stt"][4] == "stt (loaded)"
+    assert rows["Small-0123456789ab"][1] == "parley cache"
+    assert dialog.total.text().startswith("3 models, 2.5 MB")
+    dialog.done(0)
+
+
+def test_remove_asks_first_then_deletes(qtbot, caches, monkeypatch):
+    dialog = _open(qtbot)
+    asked = []
+    monkeypatch.setattr(dialog, "confirm_remove", lambda model: asked.append(model.name) or False)
+    assert dialog.select("org/small-llm")
+    assert dialog.remove.isEnabled()
+    dialog.remove.click()
+    assert asked == ["org/small-llm"]
+    assert (caches / "models--org--small-llm").exists()  # cancelled: still there
+    monkeypatch.setattr(dialog, "confirm_remove", lambda model: True)
+    assert dialog.remove_selected() is True
+    qtbot.waitUntil(lambda: not dialog.busy and "org/small-llm" not in _rows(dialog), timeout=10000)
+    assert not (caches / "models--org--small-llm").exists()
+    assert "Removed org/small-llm" in dialog.status.text()
+    assert dialog.total.text().startswith("2 models")
+    dialog.done(0)
+
+
+def test_remove_refuses_a_model_a_loaded_stage_uses(qtbot, caches, monkeypatch):
+    dialog = _open(qtbot, _controller(_placement("stt", "org/tiny-stt", "faster-whisper")))
+    monkeypatch.setattr(dialog, "confirm_remove", lambda model: pytest.fail("must not ask"))
+    dialog.select("org/tiny-stt")
+    assert dialog.remove_selected() is False
+    assert "loaded stt stage" in dialog.status.text()
+    assert (caches / "models--org--tiny-stt").exists()
+    dialog.done(0)
+
+
+def test_download_offers_missing_models_and_fails_clearly_offline(qtbot, caches, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    llm = _placement("llm", "org/not-here")
+    assert [d.repo_id for d in wanted_downloads([llm, _placement("stt", "org/tiny-stt")],
+                                                None)] == ["org/not-here", "org/tiny-stt"]
+    dialog = _open(qtbot, _controller(llm, _placement("stt", "org/tiny-stt")))
+    assert [d.repo_id for d in dialog.wanted()] == ["org/not-here"]
+    download = dialog.open_download()
+    assert download is not None
+    download.start()
+    qtbot.waitUntil(lambda: download.state is DownloadState.FAILED, timeout=20000)
+    assert "HF_HUB_OFFLINE" in download.message
+    dialog.done(0)
+    assert not download.running
+
+
+def test_without_an_engine_download_says_what_to_do(qtbot, caches):
+    dialog = _open(qtbot)
+    assert dialog.open_download() is None and "Load the models first" in dialog.status.text()
+    dialog.done(0)
+
+
+def test_every_control_has_a_name_and_a_tab_stop(qtbot, caches):
+    dialog = _open(qtbot)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    dialog.select("org/small-llm")
+    widgets = [dialog.table, *(b for b in dialog.findChildren(QAbstractButton)
+                               if b.isVisibleTo(dialog) and b.window() is dialog
+                               and not isinstance(b.parent(), QTableWidget))]
+    assert len(widgets) == 5
+    for widget in widgets:
+        assert widget.accessibleName(), f"{widget!r} has no accessible name"
+        assert widget.focusPolicy() & Qt.FocusPolicy.TabFocus
+    dialog.table.setFocus()
+    reached = set()
+    for _ in range(12):
+        reached.add(dialog.focusWidget())
+        dialog.focusNextChild()
+    assert all(w in reached for w in widgets if w.isEnabled())
+    dialog.done(0)
+
+
+def test_install_adds_models_to_the_file_menu_once(qtbot, caches):
+    window = QMainWindow()
+    qtbot.addWidget(window)
+    file_menu = QMenu("File", window)
+    file_menu.addAction("History")
+    file_menu.addSeparator()
+    file_menu.addAction("Quit")
+    window.menus = {"file": file_menu}
+    window.controller = None
+    first = install(window)
+    assert install(window) is first
+    names = [a.text() for a in file_menu.actions()]
+    assert names.count("Models…") == 1 and names.index("Models…") < names.index("Quit")
+    first.trigger()
+    qtbot.waitUntil(lambda: window.model_manager.scan is not None, timeout=10000)
+    assert window.model_manager.isVisible()
+    window.model_manager.done(0)
