@@ -440,6 +440,8 @@ class EngineController(QObject):
             return
 
         def done(complete: bool) -> None:
+            if self.history is not None:
+                self.history.new_conversation()  # the history shows the break too
             if not complete:
                 self.error.emit("New conversation: the history is cleared, but the LLM was "
                                 "still busy; its KV cache empties before its next reply")

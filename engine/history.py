@@ -630,6 +630,9 @@ PlacementsFn = Callable[[], list[dict]]
 StoredFn = Callable[[TurnRecord], None]
 
 
+_NEW_CONVERSATION = object()  # the writer's marker: the next turn starts a conversation
+
+
 class HistoryRecorder:
     """Records each finished turn of an event stream into the history, as it completes.
 
@@ -687,6 +690,13 @@ class HistoryRecorder:
             if isinstance(item, threading.Event):
                 item.set()
                 continue
+            if item is _NEW_CONVERSATION:
+                # In the writer's order: turns queued before it stay in the old one.
+                self.conversation_id = None
+                self._started_at = utc_now()
+                self._conversation_placements = self._placements()
+                self._rows.clear()
+                continue
             record, cancelled, placements, finished_at = item
             try:
                 stored = self._write(record, cancelled, placements, finished_at)
@@ -720,6 +730,11 @@ class HistoryRecorder:
             self._rows[key] = self.store.add_turn(self.conversation_id, record,
                                                   placements=placements, finished_at=finished_at)
         return True
+
+    def new_conversation(self) -> None:
+        """The user started over: the next turn opens a new conversation in the history
+        (the turns queued before this call still go to the current one)."""
+        self._queue.put(_NEW_CONVERSATION)
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every turn queued so far is committed; False on timeout."""

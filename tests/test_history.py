@@ -401,6 +401,19 @@ def test_recorder_stores_each_finished_turn_and_reports_after_commit(db):
         assert [t.placements for t in full.turns] == [full.placements] * 3
 
 
+def test_new_conversation_starts_a_second_conversation_with_the_next_turn(db):
+    engine = FakeEngine()
+    recorder = record_history(engine, "desktop", db)
+    engine.events.emit(TurnFinished(0, make_turn(engine.metrics, 1, "first words", "one")))
+    recorder.new_conversation()  # the user pressed New conversation
+    recorder.new_conversation()  # twice in a row: still one break, no empty conversation
+    engine.events.emit(TurnFinished(0, make_turn(engine.metrics, 2, "fresh start", "two")))
+    assert recorder.close() == []
+    with HistoryStore(db) as store:
+        titles = [(c.title, c.turns) for c in store.conversations()]
+    assert titles == [("fresh start", 1), ("first words", 1)]  # newest first
+
+
 def test_a_run_without_turns_leaves_no_conversation(db):
     engine = FakeEngine()
     recorder = record_history(engine, "converse:silence.wav", db)
