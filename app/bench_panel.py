@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (QComboBox, QFileDialog, QGridLayout, QGroupBox, Q
                                QLabel, QPushButton, QSpinBox, QVBoxLayout, QWidget)
 
 from app import theme
+from app.graphs import style_plot
 from app.bench_controller import CANCELLED, BenchController
 from app.resources import resource_path
 from app.server_panel import _set_row, _table
@@ -162,6 +163,9 @@ class BenchPanel(QWidget):
         left.addWidget(self.use_button, 0, Qt.AlignmentFlag.AlignLeft)
         self.chart = pg.PlotWidget()
         self.chart.setObjectName("benchChart")
+        self.chart.setAccessibleName("Latency per layout chart")
+        style_plot(self.chart)
+        theme.notifier().changed.connect(self._restyle_chart)
         self.chart.setLabel("left", "ms after the end of speech (p50)")
         self.chart.showGrid(y=True, alpha=0.3)
         self.chart.setMouseEnabled(False, False)
@@ -170,6 +174,10 @@ class BenchPanel(QWidget):
         results.addLayout(left, 1)
         results.addWidget(self.chart, 1)
         outer.addLayout(results, 1)
+
+    def _restyle_chart(self, _palette) -> None:
+        """A theme switch: the chart's background and axes in the new palette."""
+        style_plot(self.chart)
 
     # ------------------------------------------------------------------ layout rows
     def add_layout(self, overrides: dict[str, str] | None = None) -> LayoutRow:
@@ -346,7 +354,8 @@ class BenchPanel(QWidget):
         self._clear_chart()
         xs = list(range(len(rows)))
         bottoms = [0.0] * len(rows)
-        colors = (theme.MUTED, *theme.SERIES_COLORS)
+        pal = theme.current()  # read when drawn: the theme may have changed
+        colors = (pal.muted, *pal.series_colors)
         for n, figure in enumerate(STACK):
             heights = [(_p50(r, figure) or 0.0) * 1000 for r in rows]
             bar = pg.BarGraphItem(x=xs, y0=bottoms, height=heights, width=0.6,

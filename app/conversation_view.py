@@ -1,5 +1,8 @@
 """The conversation: the user's words as recognised (a live partial line that firms up into
 the final transcript) and Parley's reply streaming in, one pair of bubbles per turn.
+When the reply has not started ``thinking_delay_ms`` after the final transcript, a
+"Thinking…" bubble stands in for it until the reply starts or the turn ends. (It is
+silent: no thinking tone is played.)
 
 The reply is shown as the LLM wrote it, its Markdown rendered (bold, italic, code, links,
 lists); the user's words are plain text, never read as Markdown. What the voice says is
@@ -16,7 +19,7 @@ from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor, QTextDocument
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy,
                                QVBoxLayout, QWidget)
 
-from app.theme import MUTED
+from app import theme
 
 _KEEP_TURNS = 200
 
@@ -88,7 +91,7 @@ def render_markdown(document: QTextDocument, markdown: str, suffix: str = "") ->
         cursor = QTextCursor(document)
         cursor.movePosition(QTextCursor.MoveOperation.End)
         muted = QTextCharFormat()
-        muted.setForeground(QColor(MUTED))
+        muted.setForeground(QColor(theme.current().muted))
         cursor.insertText(suffix, muted)
 
 
@@ -136,9 +139,35 @@ class TurnItem(QWidget):
         layout.addLayout(self._row(self.user_bubble, right=True))
         layout.addWidget(self.reply_caption)
         layout.addLayout(self._row(self.reply_bubble, right=False))
+        self.thinking_bubble = QLabel("Thinking…")
+        self.thinking_bubble.setObjectName("thinkingBubble")
+        self.thinking_bubble.setAccessibleName("Parley is thinking")
+        layout.addLayout(self._row(self.thinking_bubble, right=False))
+        self.thinking_bubble.hide()
+        #: Fires ``thinking_delay_ms`` after the final transcript (ConversationView starts it).
+        self.think_timer = QTimer(self)
+        self.think_timer.setSingleShot(True)
+        self.think_timer.timeout.connect(lambda: self.set_thinking(True))
         self.reply_caption.hide()
         self.reply_bubble.hide()
         self._render_user()
+
+    @property
+    def thinking(self) -> bool:
+        """True while the "Thinking…" cue shows."""
+        return not self.thinking_bubble.isHidden()
+
+    def set_thinking(self, on: bool) -> None:
+        """Show the cue (only while no reply arrived and the turn goes on) or hide it."""
+        on = on and not self.reply and not self.cancelled
+        if not on:
+            self.think_timer.stop()
+        if on != self.thinking:
+            self.thinking_bubble.setVisible(on)
+            if on:
+                self.reply_caption.show()
+            elif not self.reply and not self.cancelled:
+                self.reply_caption.hide()
 
     @staticmethod
     def _caption(text: str, align: Qt.AlignmentFlag) -> QLabel:
@@ -172,6 +201,7 @@ class TurnItem(QWidget):
 
     def add_reply(self, text: str) -> None:
         """A piece of the reply (a clause, a sentence, a list item) as the LLM wrote it."""
+        self.set_thinking(False)
         piece = text.strip()
         self.reply = f"{self.reply} {piece}".strip()
         if piece:
@@ -180,6 +210,7 @@ class TurnItem(QWidget):
 
     def reopen(self) -> None:
         """The user went on speaking: the reply so far was dropped, the words continue."""
+        self.set_thinking(False)
         if self.transcript:
             self.stable, self.unstable = self.transcript, ""
         self.transcript = None
@@ -192,11 +223,13 @@ class TurnItem(QWidget):
 
     def set_cancelled(self, reason: str) -> None:
         """The reply was cut off (barge-in or the Interrupt button)."""
+        self.set_thinking(False)
         self.cancelled = reason
         self._render_reply()
 
     def set_finished(self, voice_to_voice: float | None) -> None:
         """Show the turn's voice-to-voice latency under the reply."""
+        self.set_thinking(False)
         if voice_to_voice is not None:
             self.reply_caption.setText(f"Parley  ·  replied {voice_to_voice * 1000:.0f} ms after you stopped")
         if not self.reply and not self.cancelled:
@@ -204,27 +237,35 @@ class TurnItem(QWidget):
             self.reply_bubble.hide()
 
     def _render_user(self) -> None:
+        muted = theme.current().user_muted  # on the accent-coloured bubble
         if self.transcript is not None:
             text = html.escape(self.transcript) if self.transcript else \
-                f"<i style='color:{MUTED}'>(no words recognised)</i>"
+                f"<i style='color:{muted}'>(no words recognised)</i>"
             self.user_caption.setText("You")
         elif self.stable or self.unstable:
             text = html.escape(self.stable)
             if self.unstable:
-                text += f" <i style='color:{MUTED}'>{html.escape(self.unstable)}</i>"
+                text += f" <i style='color:{muted}'>{html.escape(self.unstable)}</i>"
             self.user_caption.setText("You  ·  transcribing…")
         else:
-            text = f"<i style='color:{MUTED}'>listening…</i>"
+            text = f"<i style='color:{muted}'>listening…</i>"
             self.user_caption.setText("You")
         self.user_bubble.setText(text)
 
+    def restyle(self) -> None:
+        """Render again with the current palette (inline colours of the muted parts)."""
+        self._render_user()
+        if self.reply or self.cancelled:
+            self._render_reply()
+
     def _render_reply(self) -> None:
+        muted = theme.current().muted
         self.reply_caption.show()
         self.reply_bubble.show()
         if not self.reply_markdown:
-            text = f"<i style='color:{MUTED}'>…</i>"
+            text = f"<i style='color:{muted}'>…</i>"
             if self.cancelled:
-                text += f" <span style='color:{MUTED}'>— interrupted</span>"
+                text += f" <span style='color:{muted}'>— interrupted</span>"
             self.reply_document.clear()
             self.reply_bubble.setText(text)
             return
@@ -237,6 +278,11 @@ class TurnItem(QWidget):
 
 class ConversationView(QScrollArea):
     """All turns, newest at the bottom; follows new text while scrolled to the end."""
+
+    #: How long after the final transcript a reply that has not started shows "Thinking…".
+    thinking_delay_ms = 1000
+    #: The cue's dots advance this often (only while the view is shown).
+    thinking_step_ms = 400
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -261,20 +307,30 @@ class ConversationView(QScrollArea):
         self.verticalScrollBar().rangeChanged.connect(self._follow)
         self._at_end = True
         self.verticalScrollBar().valueChanged.connect(self._remember_position)
+        self._dots = QTimer(self)
+        self._dots.timeout.connect(self._step_thinking)
+        self._step = 0
+        theme.notifier().changed.connect(self._restyle)
 
     # ------------------------------------------------------------------ event slots
     def on_user_speaking(self, unit: int, turn_id: int, started: bool) -> None:
         """The user started (or stopped) speaking in ``turn_id``."""
         if started:
-            self._item(turn_id)
+            item = self._item(turn_id)
+            for other in self._current.values():
+                if other is not item:
+                    other.set_thinking(False)  # a new turn: earlier ones are past waiting
 
     def on_partial(self, unit: int, turn_id: int, stable: str, unstable: str) -> None:
         """A live partial transcript."""
         self._item(turn_id).set_partial(stable, unstable)
 
     def on_final(self, unit: int, turn_id: int, text: str) -> None:
-        """The final transcript of ``turn_id``."""
-        self._item(turn_id).set_final(text)
+        """The final transcript of ``turn_id``: its reply is now awaited."""
+        item = self._item(turn_id)
+        item.set_final(text)
+        if text.strip() and not item.reply and not item.cancelled:
+            item.think_timer.start(self.thinking_delay_ms)
 
     def on_reply(self, unit: int, turn_id: int, text: str) -> None:
         """A clause of the reply."""
@@ -302,6 +358,7 @@ class ConversationView(QScrollArea):
     def clear(self) -> None:
         """Forget every turn."""
         for item in self._items:
+            item.set_thinking(False)
             item.deleteLater()
         self._items.clear()
         self._current.clear()
@@ -309,6 +366,8 @@ class ConversationView(QScrollArea):
 
     def new_engine(self) -> None:
         """A new engine numbers its turns from 1 again: later events start new bubbles."""
+        for item in self._current.values():
+            item.set_thinking(False)
         self._current.clear()
 
     def item(self, turn_id: int) -> TurnItem | None:
@@ -325,12 +384,38 @@ class ConversationView(QScrollArea):
         """The conversation as text, for copying and tests."""
         return "\n".join(f"You: {user}\nParley: {reply}" for _t, user, reply in self.turns())
 
+    def thinking_turns(self) -> list[int]:
+        """The turn ids showing the "Thinking…" cue."""
+        return [turn_id for turn_id, item in self._current.items() if item.thinking]
+
     # ------------------------------------------------------------------ internals
+    def _start_dots(self) -> None:
+        if not self._dots.isActive():
+            self._step = 0
+            self._dots.start(self.thinking_step_ms)
+
+    def _step_thinking(self) -> None:
+        thinking = [i for i in self._items if i.thinking]
+        if not thinking:
+            self._dots.stop()
+            return
+        if not self.isVisible():
+            return  # a hidden tab is not drawn
+        self._step = (self._step + 1) % 4
+        text = "Thinking" + ("…" if self._step == 0 else "." * self._step)
+        for item in thinking:
+            item.thinking_bubble.setText(text)
+
+    def _restyle(self, _palette) -> None:
+        for item in self._items:
+            item.restyle()
+
     def _item(self, turn_id: int) -> TurnItem:
         item = self._current.get(turn_id)
         if item is None:
             self._empty.hide()
             item = TurnItem(turn_id)
+            item.think_timer.timeout.connect(self._start_dots)
             self._layout.insertWidget(self._layout.count() - 1, item)
             self._items.append(item)
             self._current[turn_id] = item

@@ -1,6 +1,7 @@
 """Live performance graphs (pyqtgraph): voice-to-voice per turn as stacked stage bars,
 per-stage latency over time, LLM tokens/s, STT and TTS real-time factor, and memory per
-device over time.
+device over time. Colours come from the current theme palette; a theme switch restyles
+every plot (``GraphsPanel.restyle``).
 
 ``update_snapshot`` runs on every poll and only records data; ``redraw`` draws what changed
 and the window calls it only while the graphs are visible.
@@ -16,7 +17,15 @@ from PySide6.QtWidgets import QGridLayout, QWidget
 from app import theme
 from engine.metrics import Figure, Mark
 
-pg.setConfigOptions(antialias=True, background=theme.SURFACE, foreground=theme.MUTED)
+
+
+def _pg_defaults(pal: theme.Palette) -> None:
+    # pyqtgraph's defaults for plots made elsewhere; existing plots restyle themselves.
+    pg.setConfigOptions(antialias=True, background=pal.surface, foreground=pal.muted)
+
+
+_pg_defaults(theme.current())
+theme.notifier().changed.connect(_pg_defaults)
 
 #: The critical path of a turn, as (key, legend, the mark that ends the segment).
 SEGMENTS = (
@@ -52,18 +61,31 @@ def turn_segments(record) -> list[float] | None:
 
 def set_title(w: pg.PlotWidget, title: str, legend: list[tuple[str, str]] = ()) -> None:
     """A bold title followed by a legend of coloured squares, above the plot area, where
-    it never covers the data."""
+    it never covers the data. Legend colours are palette references (see theme.resolve)."""
+    pal = theme.current()
     keys = "&nbsp;&nbsp;&nbsp;".join(
-        f"<span style='color:{color}'>&#9632;</span>&nbsp;<span style='color:{theme.MUTED}'>{name}</span>"
+        f"<span style='color:{theme.resolve(color)}'>&#9632;</span>&nbsp;"
+        f"<span style='color:{pal.muted}'>{name}</span>"
         for name, color in legend)
     sep = "&nbsp;&nbsp;&nbsp;&nbsp;&nbsp;" if legend else ""
-    w.getPlotItem().setTitle(f"<span style='color:{theme.TEXT};font-size:10pt;font-weight:600'>{title}</span>"
+    w.getPlotItem().setTitle(f"<span style='color:{pal.text};font-size:10pt;font-weight:600'>{title}</span>"
                              f"{sep}<span style='font-size:9pt'>{keys}</span>")
+
+
+def style_plot(w: pg.PlotWidget) -> None:
+    """The current palette's background and axis colours on ``w``."""
+    pal = theme.current()
+    w.setBackground(pal.surface)
+    for name in ("left", "bottom"):
+        axis = w.getPlotItem().getAxis(name)
+        axis.setPen(pal.muted)
+        axis.setTextPen(pal.muted)
 
 
 def _plot(title: str, left: str, bottom: str) -> pg.PlotWidget:
     w = pg.PlotWidget()
     w.setObjectName("graph")
+    style_plot(w)
     item = w.getPlotItem()
     set_title(w, title)
     item.setLabel("left", left)
@@ -82,8 +104,9 @@ class LatencyBars(pg.PlotWidget):
     def __init__(self) -> None:
         super().__init__()
         item = self.getPlotItem()
+        style_plot(self)
         set_title(self, "Voice-to-voice latency per turn",
-                  [(label, theme.STAGE_COLORS[key]) for key, label, _m in SEGMENTS])
+                  [(label, f"stage:{key}") for key, label, _m in SEGMENTS])
         item.setLabel("left", "ms after you stopped")
         item.setLabel("bottom", "turn")
         item.showGrid(x=False, y=True, alpha=0.15)
@@ -93,20 +116,32 @@ class LatencyBars(pg.PlotWidget):
         self.setMinimumHeight(170)
         self.bars: dict[str, pg.BarGraphItem] = {}
         for key, _label, _marks in SEGMENTS:
-            color = theme.STAGE_COLORS[key]
+            color = theme.resolve(f"stage:{key}")
             bar = pg.BarGraphItem(x=[], height=[], y0=[], width=0.6, brush=color, pen=pg.mkPen(None))
             self.addItem(bar)
             self.bars[key] = bar
-        target = pg.InfiniteLine(TARGET_S * 1000, angle=0,
-                                 pen=pg.mkPen(theme.BAD, width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
-                                 label=f"target {TARGET_S:.1f} s",
-                                 labelOpts={"position": 0.97, "color": theme.BAD,
-                                            "anchors": [(1, 1), (1, 1)]})
-        self.addItem(target)
+        bad = theme.current().bad
+        self.target = pg.InfiniteLine(TARGET_S * 1000, angle=0,
+                                      pen=pg.mkPen(bad, width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
+                                      label=f"target {TARGET_S:.1f} s",
+                                      labelOpts={"position": 0.97, "color": bad,
+                                                 "anchors": [(1, 1), (1, 1)]})
+        self.addItem(self.target)
         self.numbers: list[int] = []  # the turns drawn, numbered across engines
         self.totals_ms: list[float] = []
         self.setYRange(0, 1000)
         self.setXRange(0.4, BAR_TURNS + 0.6)
+
+    def restyle(self) -> None:
+        """Redraw in the current palette."""
+        style_plot(self)
+        set_title(self, "Voice-to-voice latency per turn",
+                  [(label, f"stage:{key}") for key, label, _m in SEGMENTS])
+        for key, bar in self.bars.items():
+            bar.setOpts(brush=theme.resolve(f"stage:{key}"))
+        bad = theme.current().bad
+        self.target.setPen(pg.mkPen(bad, width=1, style=pg.QtCore.Qt.PenStyle.DashLine))
+        self.target.label.setColor(bad)
 
     def set_turns(self, turns) -> None:
         """Draw the last BAR_TURNS of ``(number, TurnRecord)`` that have a voice-to-voice."""
@@ -171,6 +206,7 @@ class GraphsPanel(QWidget):
         grid.setRowStretch(1, 4)
         grid.setRowStretch(2, 4)
         self._curves: dict[tuple[int, str], pg.PlotDataItem] = {}
+        self._curve_refs: dict[tuple[int, str], str] = {}  # each curve's palette colour
         self.stage_times = TimeSeries()
         self.memory = TimeSeries()
         self._counts: dict[str, int] = {}
@@ -188,8 +224,36 @@ class GraphsPanel(QWidget):
             plot.setXRange(1, 10)
         for plot in (self.stage_plot, self.memory_plot):
             plot.setXRange(0, 30)
-        self.rtf_plot.addItem(pg.InfiniteLine(1.0, angle=0, pen=pg.mkPen(theme.MUTED, width=1,
-                                                                          style=pg.QtCore.Qt.PenStyle.DashLine)))
+        self._rtf_line = pg.InfiniteLine(1.0, angle=0)
+        self.rtf_plot.addItem(self._rtf_line)
+        self.restyle()
+        theme.notifier().changed.connect(self._on_theme)
+
+    def plots(self) -> tuple[pg.PlotWidget, ...]:
+        """Every plot of the panel."""
+        return (self.latency, self.stage_plot, self.memory_plot, self.tokens_plot, self.rtf_plot)
+
+    def background_color(self) -> str:
+        """The plots' background now (``#rrggbb``)."""
+        return self.latency.backgroundBrush().color().name()
+
+    def _on_theme(self, _palette) -> None:
+        self.restyle()
+
+    def restyle(self) -> None:
+        """Apply the current palette to every plot, title, legend and curve."""
+        self.latency.restyle()
+        titles = {id(self.tokens_plot): "LLM decode speed per turn", **self._titles}
+        for plot in self.plots()[1:]:
+            style_plot(plot)
+            set_title(plot, titles[id(plot)], self._legend_items.get(id(plot), []))
+        for key, curve in self._curves.items():
+            color = theme.resolve(self._curve_refs[key])
+            curve.setPen(pg.mkPen(color, width=2))
+            if curve.opts.get("symbol") is not None:
+                curve.setSymbolBrush(color)
+        self._rtf_line.setPen(pg.mkPen(theme.current().muted, width=1,
+                                       style=pg.QtCore.Qt.PenStyle.DashLine))
 
     # ------------------------------------------------------------------ data
     def update_snapshot(self, snap) -> None:
@@ -240,10 +304,10 @@ class GraphsPanel(QWidget):
         finished = [(n, t) for n, t in turns if t.finished and not t.cancelled]
         self.latency.set_turns(turns)
         for name in self.stage_times.series:
-            self._curve(self.stage_plot, name, theme.STAGE_COLORS.get(name, theme.ACCENT),
+            self._curve(self.stage_plot, name, f"stage:{name}",
                         symbol=True).setData(*self.stage_times.arrays(name))
         for i, name in enumerate(self.memory.series):
-            self._curve(self.memory_plot, name, theme.SERIES_COLORS[i % len(theme.SERIES_COLORS)]).setData(
+            self._curve(self.memory_plot, name, f"series:{i}").setData(
                 *self.memory.arrays(name))
         if self._t0 is not None and self._counts:
             now = max((pts[-1][0] for ts in (self.stage_times, self.memory)
@@ -253,14 +317,14 @@ class GraphsPanel(QWidget):
         peak = max((v for name in self.memory.series for v in self.memory.arrays(name)[1]), default=0.0)
         self.memory_plot.setYRange(0, max(peak * 1.2, 64), padding=0)
         rates = [(n, rate) for n, t in finished if (rate := t.value(Figure.LLM_TOKENS_PER_S))]
-        self._curve(self.tokens_plot, "tokens/s", theme.STAGE_COLORS["llm"], symbol=True).setData(
+        self._curve(self.tokens_plot, "tokens/s", "stage:llm", symbol=True).setData(
             [r[0] for r in rates], [r[1] for r in rates])
         self.tokens_plot.setYRange(0, max([40.0, *(r[1] * 1.25 for r in rates)]), padding=0)
         top = 1.2
         for name, figure in (("STT", Figure.STT_RTF), ("TTS", Figure.TTS_RTF)):
             rows = [(n, value) for n, t in finished if (value := t.value(figure)) is not None]
             top = max([top, *(r[1] * 1.2 for r in rows)])
-            self._curve(self.rtf_plot, name, theme.STAGE_COLORS[name.lower()], symbol=True).setData(
+            self._curve(self.rtf_plot, name, f"stage:{name.lower()}", symbol=True).setData(
                 [r[0] for r in rows], [r[1] for r in rows])
         self.rtf_plot.setYRange(0, top, padding=0)
         last = max([10, *(n for n, _t in finished)])
@@ -268,16 +332,19 @@ class GraphsPanel(QWidget):
             plot.setXRange(max(1, last - 29), last, padding=0.03)
         return True
 
-    def _curve(self, plot: pg.PlotWidget, name: str, color: str, symbol: bool = False) -> pg.PlotDataItem:
+    def _curve(self, plot: pg.PlotWidget, name: str, ref: str, symbol: bool = False) -> pg.PlotDataItem:
+        """The curve ``name`` of ``plot``, made on first use in the palette colour ``ref``."""
         key = (id(plot), name)
         curve = self._curves.get(key)
         if curve is None:
+            color = theme.resolve(ref)
             curve = plot.plot([], [], pen=pg.mkPen(color, width=2), name=None,
                               symbol="o" if symbol else None, symbolSize=5,
                               symbolBrush=color, symbolPen=pg.mkPen(None))
             self._curves[key] = curve
+            self._curve_refs[key] = ref
             legend = self._legend_items.get(id(plot))
             if legend is not None:
-                legend.append((name, color))
+                legend.append((name, ref))
                 set_title(plot, self._titles[id(plot)], legend)
         return curve

@@ -256,15 +256,15 @@ def main(argv: list[str] | None = None) -> int:
     app.setApplicationName("Parley")
     app.setOrganizationName("Parley")
     app.setApplicationDisplayName("Parley")
+    from app.appearance import start_theme
     from app.resources import app_icon
-    from app.theme import load_stylesheet
 
-    app.setStyleSheet(load_stylesheet())
     try:
         app.setWindowIcon(app_icon())
     except ParleyError as exc:  # a packaging fault: say so, but the app still works
         logging.getLogger("parley.app").warning("%s", exc)
     settings = open_settings(args.settings)
+    start_theme(settings)  # View > Theme's saved choice (System follows the platform)
     notes: list[str] = []
     try:
         if args.config:
@@ -277,10 +277,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from app.main_window import MainWindow
 
+    from app.window_state import restore_window_state
+
     window = MainWindow(config, settings, autoload=not args.no_load, notes=notes)
-    geometry = settings.value("ui/geometry")
-    if geometry is None or not window.restoreGeometry(geometry):
-        window.resize(1280, 800)
+    restore_window_state(window, settings)  # geometry, splitter, tab of the last session
     window.show()
     status = app.exec()
     if window.shutdown_stuck:

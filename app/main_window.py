@@ -17,18 +17,24 @@ from PySide6.QtWidgets import (QApplication, QCheckBox, QFileDialog, QFrame, QHB
                                QPushButton, QScrollArea, QSplitter, QTabWidget, QVBoxLayout,
                                QWidget)
 
+from app.accessibility import chain, name_unnamed
+from app.appearance import ThemeController
 from app.bench_controller import BenchController
 from app.bench_panel import BenchPanel
 from app.bridge import EventBridge
 from app.controller import TRANSITIONS, ControllerMode, ControllerState, EngineController
 from app.conversation_view import ConversationView
+from app.global_hotkey import GlobalPushToTalk
 from app.graphs import GraphsPanel
 from app.meters import LevelMeter, MetersPanel
 from app.server_controller import ServerController
 from app.server_panel import ServerPanel
 from app.settings import save_config, set_ui_value, ui_value
 from app.settings_panel import SettingsPanel
+from app.shortcuts import install_shortcuts
 from app.status_line import Banner, StageStatus, StatePill
+from app.stop_talking import StopTalkingButton
+from app.window_state import save_window_state
 from engine.config import STAGES, EngineConfig
 from engine.errors import ParleyError
 
@@ -59,6 +65,7 @@ class MainWindow(QMainWindow):
         self._shown_placements: tuple = ((), ())  # (placements, notes) in the status line
         self._build(config)
         self._connect()
+        self._install_reach()
         self._timer = QTimer(self)
         self._timer.setInterval(POLL_MS)
         self._timer.timeout.connect(self.tick)
@@ -88,6 +95,7 @@ class MainWindow(QMainWindow):
         body.addWidget(self._load_row())
         self.tabs = QTabWidget()
         self.tabs.setObjectName("mainTabs")
+        self.tabs.tabBar().setAccessibleName("Main tabs")
         self.tabs.setDocumentMode(True)
         self.tabs.tabBar().setDrawBase(False)
         self.conversation = ConversationView()
@@ -98,7 +106,7 @@ class MainWindow(QMainWindow):
         meters_scroll.setWidgetResizable(True)
         meters_scroll.setFrameShape(QFrame.Shape.NoFrame)
         meters_scroll.setMinimumWidth(360)
-        split = QSplitter(Qt.Orientation.Horizontal)
+        split = self.split = QSplitter(Qt.Orientation.Horizontal)
         split.setObjectName("conversationSplit")
         split.addWidget(self.conversation)
         split.addWidget(meters_scroll)
@@ -145,7 +153,7 @@ class MainWindow(QMainWindow):
     def _header(self) -> QFrame:
         header = QFrame()
         header.setObjectName("header")
-        row = QHBoxLayout(header)
+        row = self.header_row = QHBoxLayout(header)
         row.setContentsMargins(16, 10, 16, 10)
         row.setSpacing(12)
         title = QLabel("Parley")
@@ -155,6 +163,8 @@ class MainWindow(QMainWindow):
         self.listen_button.setToolTip("Start or stop listening to the microphone (Ctrl+L)")
         self.interrupt_button = QPushButton("Interrupt")
         self.interrupt_button.setToolTip("Cut off the reply in progress (Esc)")
+        # Shown only while a reply is heard: the way to silence Parley, always in reach.
+        self.stop_talking = StopTalkingButton(lambda: self.controller.interrupt())
         self.ptt_check = QCheckBox("Push to talk")
         self.ptt_check.setToolTip("Only listen while the talk key (or the Hold to talk button) is held")
         self.talk_button = QPushButton("Hold to talk")
@@ -166,6 +176,7 @@ class MainWindow(QMainWindow):
         row.addSpacing(8)
         row.addWidget(self.listen_button)
         row.addWidget(self.interrupt_button)
+        row.addWidget(self.stop_talking)
         row.addSpacing(12)
         row.addWidget(self.ptt_check)
         row.addWidget(self.talk_button)
@@ -207,8 +218,8 @@ class MainWindow(QMainWindow):
         clear.triggered.connect(self.conversation.clear)
         quit_action = QAction("Quit", self, shortcut=QKeySequence.StandardKey.Quit)
         quit_action.triggered.connect(self.close)
-        interrupt = QAction("Interrupt reply", self, shortcut=QKeySequence("Esc"))
-        interrupt.triggered.connect(self.controller.interrupt)
+        interrupt = self.interrupt_action = QAction("Interrupt reply", self, shortcut=QKeySequence("Esc"))
+        interrupt.triggered.connect(self.stop_talking.stop)
         self.history_action = QAction("Conversation history…", self,
                                       shortcut=QKeySequence("Ctrl+H"))
         self.history_action.triggered.connect(self.show_history)
@@ -234,6 +245,7 @@ class MainWindow(QMainWindow):
         b.final_transcript.connect(self.conversation.on_final)
         b.reply_text.connect(self.conversation.on_reply)
         b.turn_cancelled.connect(self.conversation.on_cancelled)
+        b.turn_cancelled.connect(self.stop_talking.turn_cancelled)
         b.turn_finished.connect(self.conversation.on_finished)
         b.engine_error.connect(lambda stage, msg: self.banner.show_message(f"{stage} stage: {msg}"))
         c.state_changed.connect(self._state_changed)
@@ -255,7 +267,7 @@ class MainWindow(QMainWindow):
         p.refresh_requested.connect(lambda: c.discover(refresh_audio=True))
         p.ptt_key_changed.connect(self._ptt_key_changed)
         self.listen_button.clicked.connect(self.toggle_listening)
-        self.interrupt_button.clicked.connect(c.interrupt)
+        self.interrupt_button.clicked.connect(self.stop_talking.stop)
         self.ptt_check.toggled.connect(self._ptt_toggled)
         self.talk_button.pressed.connect(lambda: self._talk(True))
         self.talk_button.released.connect(lambda: self._talk(False))
@@ -264,6 +276,18 @@ class MainWindow(QMainWindow):
         self.ptt_check.setChecked(ui_value(self.settings, "push_to_talk", False))
         self._ptt_toggled(self.ptt_check.isChecked())
         self._state_changed(c.state)
+
+    def _install_reach(self) -> None:
+        """Themes, shortcuts, the system-wide talk key, tab order and accessible names."""
+        self.appearance = ThemeController(self, self.settings)
+        install_shortcuts(self)
+        self.global_ptt = GlobalPushToTalk(self)
+        self.header_row.insertWidget(self.header_row.indexOf(self.talk_button) + 1, self.global_ptt.check)
+        chain(self.listen_button, self.interrupt_button, self.stop_talking, self.ptt_check,
+              self.talk_button, self.global_ptt.check, self.tabs.tabBar())
+        name_unnamed(self)
+        # Rows added later (benchmark layouts, server clients) are named when shown.
+        self.tabs.currentChanged.connect(lambda _i: name_unnamed(self.tabs.currentWidget()))
 
     # ------------------------------------------------------------------ controls
     def toggle_listening(self) -> None:
@@ -355,6 +379,7 @@ class MainWindow(QMainWindow):
             self._show_placements(snap)
         self.graphs.new_engine()
         self.conversation.new_engine()
+        self.stop_talking.new_engine()
         self._drawn = self._metered = None
         if self._save_on_load:
             self._save_on_load = False
@@ -449,6 +474,7 @@ class MainWindow(QMainWindow):
         c = self.controller
         c.poll()
         snap = c.snapshot()
+        self.stop_talking.update_from(snap, c.mode is not ControllerMode.IDLE)
         if snap is None:
             return
         self.level.set_level(snap.input_level, c.mode is not ControllerMode.IDLE, c.mic_passing)
@@ -493,7 +519,8 @@ class MainWindow(QMainWindow):
             self._timer.stop()
             if self._filtering:
                 QApplication.instance().removeEventFilter(self)
-            set_ui_value(self.settings, "geometry", self.saveGeometry())
+            self.global_ptt.hotkey.stop()
+            save_window_state(self, self.settings)
             # Serving first: its clients' units run on models the desktop engine shares.
             self.shutdown_stuck = self.bench.shutdown()  # cancelled; its engines closed
             self.shutdown_stuck += self.server.shutdown()

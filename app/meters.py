@@ -40,11 +40,13 @@ class BarMeter(QWidget):
     """A rounded horizontal bar: ``value`` (0..1) over a track, optionally a lighter
     ``secondary`` value behind it (e.g. a whole GPU's use behind this process's)."""
 
-    def __init__(self, color: str = theme.ACCENT, parent: QWidget | None = None, height: int = 10) -> None:
+    def __init__(self, color: str = "accent", parent: QWidget | None = None, height: int = 10) -> None:
         super().__init__(parent)
         self.value = 0.0
         self.secondary: float | None = None
-        self.color = QColor(color)
+        # A palette reference ("good", "stage:llm", "series:2") or "#rrggbb", resolved at
+        # paint time so a theme switch repaints in the new colours.
+        self.color_ref = color
         self._height = height
         self.setMinimumWidth(60)
         self.setFixedHeight(height)
@@ -56,8 +58,10 @@ class BarMeter(QWidget):
     def set_value(self, value: float, secondary: float | None = None, color: str | None = None) -> None:
         """Show ``value`` (clamped to 0..1)."""
         value = min(max(value, 0.0), 1.0) if math.isfinite(value) else 0.0
-        if color is not None:
-            self.color = QColor(color)
+        if color is not None and color != self.color_ref:
+            self.color_ref = color
+        else:
+            color = None
         if value != self.value or secondary != self.secondary or color is not None:
             self.value, self.secondary = value, secondary
             self.update()
@@ -69,16 +73,17 @@ class BarMeter(QWidget):
         p.setPen(Qt.PenStyle.NoPen)
         r = QRectF(self.rect())
         radius = r.height() / 2
-        p.setBrush(QColor(theme.TRACK))
+        p.setBrush(theme.color("track"))
+        bar = theme.color(self.color_ref)
         p.drawRoundedRect(r, radius, radius)
         if self.secondary:
-            light = QColor(self.color)
+            light = QColor(bar)
             light.setAlpha(70)
             p.setBrush(light)
             p.drawRoundedRect(QRectF(r.x(), r.y(), r.width() * min(self.secondary, 1.0), r.height()),
                               radius, radius)
         if self.value > 0:
-            p.setBrush(self.color)
+            p.setBrush(bar)
             p.drawRoundedRect(QRectF(r.x(), r.y(), max(r.height(), r.width() * self.value), r.height()),
                               radius, radius)
 
@@ -93,7 +98,7 @@ class LevelMeter(QWidget):
         layout = QGridLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setHorizontalSpacing(8)
-        self.bar = BarMeter(theme.GOOD, height=8)
+        self.bar = BarMeter("good", height=8)
         self.bar.setMinimumWidth(120)
         self.text = QLabel("mic off")
         self.text.setObjectName("meterText")
@@ -119,8 +124,8 @@ class LevelMeter(QWidget):
         db = 20 * math.log10(rms) if rms > 0 else self.FLOOR_DB  # NaN > 0 is False
         self.db = min(0.0, max(self.FLOOR_DB, db))
         fraction = (self.db - self.FLOOR_DB) / -self.FLOOR_DB
-        color = theme.BAD if self.db > -3 else theme.WARN if self.db > -12 else theme.GOOD
-        self.bar.set_value(fraction, color=color if passing else theme.MUTED)
+        color = "bad" if self.db > -3 else "warn" if self.db > -12 else "good"
+        self.bar.set_value(fraction, color=color if passing else "muted")
         self.text.setText(f"{self.db:.0f} dB" + ("" if passing else " · muted"))
 
 
@@ -142,7 +147,7 @@ class LockMeter(QGroupBox):
         grid.setVerticalSpacing(4)
         self.caption = QLabel("held")
         self.caption.setObjectName("meterTitle")
-        self.bar = BarMeter(theme.STAGE_COLORS["llm"])
+        self.bar = BarMeter("stage:llm")
         self.value = QLabel("—")
         self.value.setObjectName("meterValue")
         self.detail = _detail("no MLX stage in use")
@@ -209,7 +214,7 @@ class MemoryMeter(QGroupBox):
                 w.setVisible(device in self.readings)
 
     def _add_row(self, device: str, index: int):
-        color = theme.SERIES_COLORS[index % len(theme.SERIES_COLORS)]
+        color = f"series:{index}"
         name = QLabel(device)
         name.setObjectName("meterTitle")
         bar = BarMeter(color)
@@ -283,7 +288,7 @@ class QueueMeter(QGroupBox):
         index = len(self._rows) + 1
         title = QLabel(name)
         title.setObjectName("meterTitle")
-        bar = BarMeter(theme.STAGE_COLORS.get(name, theme.ACCENT))
+        bar = BarMeter(f"stage:{name}")
         value = QLabel()
         value.setObjectName("meterValue")
         self._grid.addWidget(title, index, 0)

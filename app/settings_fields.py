@@ -40,6 +40,9 @@ def make_editor(dotted: str, field, tp: type) -> QWidget:
     bounds = f" ({lo} to {hi})" if lo is not None and hi is not None else ""
     w.setToolTip(f"{dotted}: {help_text}{bounds}")
     w.setObjectName(f"field:{dotted}")
+    # Screen readers announce the field's label; a panel that shows another label sets it.
+    w.setAccessibleName(field_label(dotted))
+    w.setAccessibleDescription(help_text)
     w.setProperty("dotted", dotted)
     return w
 

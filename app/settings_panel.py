@@ -124,6 +124,7 @@ class SettingsPanel(QWidget):
         grid.setVerticalSpacing(8)
         self.global_device = QComboBox()
         self.global_device.setObjectName("globalDevice")
+        self.global_device.setAccessibleName("Default device")
         _compact(self.global_device, 20)
         grid.addWidget(QLabel("Default device"), 0, 0)
         grid.addWidget(self.global_device, 0, 1, 1, 2)
@@ -139,6 +140,7 @@ class SettingsPanel(QWidget):
             grid.addWidget(QLabel(STAGE_TITLES[stage]), row, 0, Qt.AlignmentFlag.AlignVCenter)
             backend = QComboBox()
             backend.setObjectName(f"{stage}Backend")
+            backend.setAccessibleName(f"{STAGE_TITLES[stage]} backend")
             _compact(backend, 12)
             backend.addItem("auto", AUTO)
             for spec in self.registry.specs(stage):
@@ -154,10 +156,12 @@ class SettingsPanel(QWidget):
             backend.currentIndexChanged.connect(lambda _i, s=stage: self._backend_changed(s))
             model = QComboBox()
             model.setObjectName(f"{stage}Model")
+            model.setAccessibleName(f"{STAGE_TITLES[stage]} model")
             model.setEditable(stage != "vad")
             _compact(model, 14)
             device = QComboBox()
             device.setObjectName(f"{stage}Device")
+            device.setAccessibleName(f"{STAGE_TITLES[stage]} device")
             _compact(device, 18)
             self.backend[stage], self.model[stage], self.device[stage] = backend, model, device
             grid.addWidget(backend, row, 1)
@@ -176,12 +180,15 @@ class SettingsPanel(QWidget):
         self.input_device.setObjectName("inputDevice")
         self.output_device = QComboBox()
         self.output_device.setObjectName("outputDevice")
+        self.input_device.setAccessibleName("Microphone")
+        self.output_device.setAccessibleName("Speaker")
         _compact(self.input_device, 24)
         _compact(self.output_device, 24)
         self.input_device.activated.connect(lambda _i: self._audio_chosen("input"))
         self.output_device.activated.connect(lambda _i: self._audio_chosen("output"))
         refresh = QPushButton("Rescan")
         refresh.setToolTip("Look for sound cards again (while not listening)")
+        refresh.setAccessibleName("Rescan sound cards")
         refresh.clicked.connect(self.refresh_requested)
         grid.addWidget(QLabel("Microphone"), 0, 0)
         grid.addWidget(self.input_device, 0, 1)
@@ -203,15 +210,18 @@ class SettingsPanel(QWidget):
         form.addRow(self.live)
         fields = {d: (f, t) for d, f, t in config_fields()}
         self.barge_in = make_editor("turns.barge_in", *fields["turns.barge_in"])
+        self.barge_in.setAccessibleName("Interruptions")
         form.addRow("Interruptions", self.barge_in)
         # Turn-taking and echo switches are here, not under Advanced: they decide how the
         # conversation feels (how soon Parley answers, whether it can be interrupted aloud).
         for dotted, text in _CONVERSATION_FIELDS:
             if dotted in fields:
                 editor = self.fields[dotted] = make_editor(dotted, *fields[dotted])
+                editor.setAccessibleName(text)
                 form.addRow(text, editor)
         self.ptt_key = QComboBox()
         self.ptt_key.setObjectName("pttKey")
+        self.ptt_key.setAccessibleName("Push-to-talk key")
         self.ptt_key.addItems(PTT_KEYS)
         self.ptt_key.currentTextChanged.connect(self.ptt_key_changed)
         form.addRow("Push-to-talk key", self.ptt_key)
@@ -243,6 +253,8 @@ class SettingsPanel(QWidget):
                 title.setObjectName("formSection")
                 form.addRow(title)
             editor = make_editor(dotted, field, tp)
+            # Named by its label (make_editor); the section tells apart two "Dtype" fields.
+            editor.setAccessibleDescription(f"{title.text()}: {editor.accessibleDescription()}")
             self.fields[dotted] = editor
             label = QLabel(field_label(dotted))
             label.setToolTip(editor.toolTip())

