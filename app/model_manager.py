@@ -23,9 +23,9 @@ from PySide6.QtWidgets import (QAbstractItemView, QDialog, QHBoxLayout, QHeaderV
                                QMessageBox, QPushButton, QTableWidget, QTableWidgetItem,
                                QVBoxLayout, QWidget)
 
-from app.first_run import HUB_PATTERNS, HubDownload, ModelDownloadDialog, human_bytes, hub_downloads
+from app.first_run import HUB_PATTERNS, HubDownload, ModelDownloadDialog, hub_downloads
 from engine.errors import ParleyError
-from engine.model_cache import (BUNDLED, HUB, CachedModel, ModelScan, ModelUse, engine_uses,
+from engine.model_cache import (BUNDLED, HUB, CachedModel, ModelScan, ModelUse, engine_uses, human_bytes,
                                 remove_model, scan_models, uses_of)
 
 COLUMNS = ("Name", "Kind", "Size", "Last used", "Used by")

@@ -14,7 +14,7 @@ import sys
 from datetime import datetime
 
 from engine.cli_output import write_json
-from engine.model_cache import ModelScan, remove_model, scan_models, uses_of
+from engine.model_cache import ModelScan, human_bytes, remove_model, scan_models, uses_of
 
 
 def add_models_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -34,12 +34,6 @@ def add_models_parser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     return models
 
 
-def _human(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} GB"
 
 
 def _print_table(scan: ModelScan) -> None:
@@ -49,8 +43,8 @@ def _print_table(scan: ModelScan) -> None:
     for m in scan.models:
         used = ", ".join(m.used_by) or "-"
         when = datetime.fromtimestamp(m.last_used).strftime("%Y-%m-%d") if m.last_used else "-"
-        print(f"{m.kind:<13} {_human(m.size_bytes):>9}  {when:<10}  {used:<12} {m.name}")
-    print(f"total: {_human(scan.total_bytes)} in {len(scan.models)} models")
+        print(f"{m.kind:<13} {human_bytes(m.size_bytes):>9}  {when:<10}  {used:<12} {m.name}")
+    print(f"total: {human_bytes(scan.total_bytes)} in {len(scan.models)} models")
     for warning in scan.warnings:
         print(f"warning: {warning}", file=sys.stderr)
 
@@ -61,7 +55,7 @@ def run_models(args: argparse.Namespace) -> int:
         scan = scan_models(bundled=True)
         model = scan.find(args.name)
         freed = remove_model(model)
-        print(f"removed {model.name} ({model.kind}, {_human(freed)} freed)")
+        print(f"removed {model.name} ({model.kind}, {human_bytes(freed)} freed)")
         return 0
     config = None
     if getattr(args, "config", None):

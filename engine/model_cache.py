@@ -323,3 +323,12 @@ def remove_model(model: CachedModel, *, force: bool = False) -> int:
     if model.kind == HUB:  # huggingface_hub's lock files of the repo, if any
         shutil.rmtree(model.path.parent / ".locks" / model.path.name, ignore_errors=True)
     return model.size_bytes
+
+
+def human_bytes(n: float) -> str:
+    """Sizes for people, in decimal units like download sites: 1.6 GB."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"

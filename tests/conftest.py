@@ -44,3 +44,19 @@ def jfk_path(audio_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def one_two_three_path(audio_dir: Path) -> Path:
     return audio_dir / "one_two_three_44k.wav"
+
+
+@pytest.fixture(autouse=True)
+def _collect_qt_garbage(request):
+    """After a Qt test, collect its garbage at once, while no worker thread runs.
+
+    Left to the collector's own timing, the cycles of a test's windows (Python slots
+    that hold their widgets) were collected in the next test's event loop while a model
+    loaded on a worker thread, and CI crashed there once (SIGSEGV, "Garbage-collecting",
+    tests/test_gui_bench.py after tests/test_gui_apply.py).
+    """
+    yield
+    if "qtbot" in request.fixturenames:
+        import gc
+
+        gc.collect()

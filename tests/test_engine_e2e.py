@@ -17,6 +17,7 @@ from engine.events import EngineError, FinalTranscript
 from engine.hub import HubStatus
 from engine.metrics import Figure
 from engine.models import ModelRegistry
+from tests.fixtures_sources import Quiet
 from tests.helpers import normalize, speech_with_gap
 
 pytestmark = pytest.mark.slow
@@ -125,29 +126,6 @@ def test_stop_mid_generation_returns_fast_and_leaves_no_thread(registry, jfk_pat
     engine.release_models()
 
 
-class _Quiet:
-    """A source that stays open and silent until closed (a client that only types)."""
-
-    sample_rate = 16000
-    overflow_count = 0
-    level = 0.0
-
-    def __init__(self) -> None:
-        self._closed = threading.Event()
-
-    def open(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self._closed.set()
-
-    def read(self, timeout):
-        self._closed.wait(timeout)
-        return None
-
-    @property
-    def finished(self) -> bool:
-        return self._closed.is_set()
 
 
 def test_units_come_and_go_and_typed_turns_are_answered(registry):
@@ -156,7 +134,7 @@ def test_units_come_and_go_and_typed_turns_are_answered(registry):
     engine = make_engine(registry)
     finished = []
     engine.subscribe(lambda e: finished.append(e.record) if isinstance(e, TurnFinished) else None)
-    first = engine.start_unit(_Quiet(), FileSink(None, realtime=False), unit=3)
+    first = engine.start_unit(Quiet(), FileSink(None, realtime=False), unit=3)
     turn = first.say("What is the capital of France?")
     deadline = time.monotonic() + 120
     while not finished and time.monotonic() < deadline:
@@ -168,6 +146,6 @@ def test_units_come_and_go_and_typed_turns_are_answered(registry):
     assert engine.stop_unit(first) == [] and engine.units == []
     assert not [t for t in first.stages if t.alive]
     # The next client gets a fresh unit on the same models: no history of the first.
-    second = engine.start_unit(_Quiet(), FileSink(None, realtime=False), unit=3)
+    second = engine.start_unit(Quiet(), FileSink(None, realtime=False), unit=3)
     assert second.conversation.exchanges() == () and second.llm.model is first.llm.model
     assert engine.stop_unit(second) == []

@@ -6,7 +6,6 @@ preview, presets and speed applied in place, New conversation (Ctrl+N), accessib
 from __future__ import annotations
 
 import os
-import threading
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -23,9 +22,11 @@ from engine.audio.file_sink import FileSink
 from engine.config import STAGES, EngineConfig
 
 try:
+    from fixtures_sources import Quiet
     from fixtures_gui import gui_settings  # fixture
     from fixtures_tts import rms
 except ImportError:  # tests/ collected as a package
+    from tests.fixtures_sources import Quiet
     from tests.fixtures_gui import gui_settings  # noqa: F401 (fixture)
     from tests.fixtures_tts import rms
 
@@ -35,29 +36,6 @@ INTERACTIVE = (QAbstractButton, QComboBox, QAbstractSpinBox, QAbstractSlider, QL
                QPlainTextEdit)
 
 
-class Quiet:
-    """A source that stays open and silent until closed (the user only types)."""
-
-    sample_rate = 16000
-    overflow_count = 0
-    level = 0.0
-
-    def __init__(self) -> None:
-        self._closed = threading.Event()
-
-    def open(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self._closed.set()
-
-    def read(self, timeout):
-        self._closed.wait(timeout)
-        return None
-
-    @property
-    def finished(self) -> bool:
-        return self._closed.is_set()
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ and a random Kokoro folder.
 from __future__ import annotations
 
 import shutil
-import threading
 import time
 
 import numpy as np
@@ -22,8 +21,10 @@ from engine.metrics import Figure
 from engine.models import ModelRegistry
 
 try:
+    from fixtures_sources import Quiet
     from fixtures_tts import random_kokoro_dir, rms
 except ImportError:  # tests/ collected as a package
+    from tests.fixtures_sources import Quiet
     from tests.fixtures_tts import random_kokoro_dir, rms
 
 __all__ = ["random_kokoro_dir"]  # a fixture, used by name
@@ -31,29 +32,6 @@ __all__ = ["random_kokoro_dir"]  # a fixture, used by name
 FAST = {"turns.barge_in": "off", "turns.speculative": "false", "llm.max_new_tokens": "24"}
 
 
-class Quiet:
-    """A source that stays open and silent until closed (a client that only types)."""
-
-    sample_rate = 16000
-    overflow_count = 0
-    level = 0.0
-
-    def __init__(self) -> None:
-        self._closed = threading.Event()
-
-    def open(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self._closed.set()
-
-    def read(self, timeout):
-        self._closed.wait(timeout)
-        return None
-
-    @property
-    def finished(self) -> bool:
-        return self._closed.is_set()
 
 
 def wait_for(condition, timeout: float = 120.0) -> bool:

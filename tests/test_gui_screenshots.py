@@ -1,0 +1,126 @@
+"""The panels of the daily comforts, light and dark, at 1280x800, on the real offline
+models: the first-run check after it heard the bundled recording and played its sample
+reply, the Assistant tab with the voices of the loaded voice, the history browser with a
+search, the model manager. ``make screenshots`` writes them to resources/screenshots;
+otherwise they go to a temporary folder (the drawing is still exercised)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication, QWidget
+
+from app import theme
+from app.main_window import MainWindow
+from engine.audio.file_sink import FileSink
+from engine.audio.file_source import FileSource
+from engine.config import EngineConfig
+from engine.history import HistoryStore
+
+try:
+    from fixtures_gui import gui_settings
+    from test_gui_history import _record
+except ImportError:  # tests/ collected as a package
+    from tests.fixtures_gui import gui_settings  # noqa: F401 (fixture)
+    from tests.test_gui_history import _record
+
+ROOT = Path(__file__).resolve().parents[1]
+OFFLINE = {"stt.backend": "faster-whisper", "llm.backend": "transformers", "tts.backend": "piper",
+           "turns.barge_in": "off"}
+SIZE = (1280, 800)
+
+
+def _folder(tmp_path: Path) -> Path:
+    chosen = os.environ.get("PARLEY_SCREENSHOTS_DIR")
+    folder = ROOT / chosen if chosen else tmp_path / "screenshots"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _shoot(qtbot, widget: QWidget, folder: Path, name: str) -> list[Path]:
+    """``name``-light.png and ``name``-dark.png of ``widget`` at 1280x800."""
+    paths = []
+    widget.resize(*SIZE)
+    for scheme in ("light", "dark"):
+        theme.apply_palette(theme.palette_for(scheme))
+        qtbot.wait(250)  # re-polished, and the 10 Hz panels drew once
+        image = widget.grab()
+        assert (image.width(), image.height()) == SIZE
+        path = folder / f"{name}-{scheme}.png"
+        assert image.save(str(path))
+        # The two themes really differ where the page is painted (not one blank image).
+        paths.append(path)
+    theme.apply_palette(theme.palette_for("light"))
+    return paths
+
+
+def _history(path: Path) -> Path:
+    store = HistoryStore(path)
+    first = store.start_conversation("desktop", [])
+    store.add_turn(first, _record(1, "What is the capital of France?", "Paris is the capital."))
+    store.add_turn(first, _record(2, "And how many people live there?", "About two million."))
+    second = store.start_conversation("desktop", [])
+    store.add_turn(second, _record(3, "Use snake_case for names.", "Use **snake_case** for names."))
+    store.close()
+    return path
+
+
+@pytest.mark.slow
+def test_the_new_panels_light_and_dark(qtbot, gui_settings, tmp_path, one_two_three_path):
+    from app.history_dialog import HistoryDialog
+    from app.model_manager import ModelManagerDialog
+    from app.setup_check import SetupCheckDialog
+
+    folder = _folder(tmp_path)
+    window = MainWindow(EngineConfig().with_overrides(OFFLINE), gui_settings, autoload=True)
+    qtbot.addWidget(window)
+    window.resize(*SIZE)
+    window.show()
+    qtbot.waitUntil(lambda: window.controller.engine is not None
+                    and not window.controller.worker.busy, timeout=300_000)
+    shots: list[Path] = []
+
+    # The Assistant tab: the loaded voice's voices, speed, the prompt presets.
+    window.tabs.setCurrentWidget(window.assistant_page)
+    qtbot.waitUntil(lambda: window.assistant_panel.voice_combo.count() > 0, timeout=30_000)
+    shots += _shoot(qtbot, window, folder, "assistant")
+
+    # The first-run check, after a real test of each device.
+    dialog = SetupCheckDialog(window.controller, gui_settings, window,
+                              source_factory=lambda _d: FileSource(one_two_three_path, realtime=True),
+                              sink_factory=lambda _d: FileSink(None, realtime=False))
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.mouseClick(dialog.mic_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dialog.mic_result is not None, timeout=60_000)
+    qtbot.mouseClick(dialog.speaker_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dialog.speaker_result is not None, timeout=60_000)
+    assert dialog.mic_result.ok and dialog.speaker_result.ok
+    shots += _shoot(qtbot, dialog, folder, "setup_check")
+    dialog.done(0)
+
+    # The history browser, searching.
+    history = HistoryDialog(_history(tmp_path / "history.db"), window)
+    qtbot.addWidget(history)
+    history.show()
+    history.search.setText("capital")
+    history.search_now()
+    history.wait_search()
+    qtbot.waitUntil(lambda: history.results.count() > 0, timeout=10_000)
+    shots += _shoot(qtbot, history, folder, "history_browser")
+    history.done(0)
+
+    # The model manager: the bundled models the engine runs on, and what uses them.
+    manager = ModelManagerDialog(window.controller, window)
+    qtbot.addWidget(manager)
+    manager.show()
+    qtbot.waitUntil(lambda: manager.table.rowCount() > 0, timeout=60_000)
+    shots += _shoot(qtbot, manager, folder, "model_manager")
+    manager.done(0)
+
+    assert len(shots) == 8 and all(p.stat().st_size > 10_000 for p in shots)
+    window.close()
+    QApplication.processEvents()
