@@ -124,6 +124,7 @@ class SetupCheckDialog(QDialog):
                     grid.addWidget(widget, row, column, 1, 2 if len(widgets) == 1 else 1)
             root.addWidget(group)
         root.addWidget(self.status)
+        root.addStretch(1)  # a taller window grows the space above the buttons, not the rows
         buttons = QHBoxLayout()
         buttons.addStretch(1)
         buttons.addWidget(self.close_button)

@@ -110,6 +110,7 @@ def test_the_new_panels_light_and_dark(qtbot, gui_settings, tmp_path, one_two_th
     history.search_now()
     history.wait_search()
     qtbot.waitUntil(lambda: history.results.count() > 0, timeout=10_000)
+    history.open_hit(history.results.item(0))  # its conversation, the turn highlighted
     shots += _shoot(qtbot, history, folder, "history_browser")
     history.done(0)
 
