@@ -1,8 +1,8 @@
 """The conversation: the user's words as recognised (a live partial line that firms up into
 the final transcript) and Parley's reply streaming in, one pair of bubbles per turn.
 When the reply has not started ``thinking_delay_ms`` after the final transcript, a
-"Thinking…" bubble stands in for it until the reply starts or the turn ends. (It is
-silent: no thinking tone is played.)
+"Thinking…" bubble stands in for it until the reply starts or the turn ends, and
+``thinking_started`` is emitted (``app.thinking_sound`` may then play a soft tone).
 
 The reply is shown as the LLM wrote it, its Markdown rendered (bold, italic, code, links,
 lists); the user's words are plain text, never read as Markdown. What the voice says is
@@ -14,7 +14,7 @@ from __future__ import annotations
 import html
 import re
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor, QTextDocument
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy,
                                QVBoxLayout, QWidget)
@@ -283,6 +283,8 @@ class ConversationView(QScrollArea):
     thinking_delay_ms = 1000
     #: The cue's dots advance this often (only while the view is shown).
     thinking_step_ms = 400
+    #: The "Thinking…" cue appeared for this turn id.
+    thinking_started = Signal(int)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -416,6 +418,8 @@ class ConversationView(QScrollArea):
             self._empty.hide()
             item = TurnItem(turn_id)
             item.think_timer.timeout.connect(self._start_dots)
+            item.think_timer.timeout.connect(
+                lambda item=item: item.thinking and self.thinking_started.emit(item.turn_id))
             self._layout.insertWidget(self._layout.count() - 1, item)
             self._items.append(item)
             self._current[turn_id] = item

@@ -35,6 +35,7 @@ from app.settings import save_config, set_ui_value, ui_value
 from app.settings_panel import SettingsPanel
 from app.setup_check import install as install_setup_check
 from app.shortcuts import install_shortcuts
+from app.thinking_sound import ThinkingSound
 from app.status_line import Banner, StageStatus, StatePill
 from app.stop_talking import StopTalkingButton
 from app.window_state import save_window_state
@@ -289,6 +290,7 @@ class MainWindow(QMainWindow):
         assistant.triggered.connect(lambda: self.tabs.setCurrentWidget(self.assistant_page))
         self.menus["view"].addAction(assistant)
         install_model_manager(self)
+        self.thinking_sound = ThinkingSound(self)
         self.appearance = ThemeController(self, self.settings)
         install_shortcuts(self)
         self.global_ptt = GlobalPushToTalk(self)
@@ -532,6 +534,7 @@ class MainWindow(QMainWindow):
             self.global_ptt.hotkey.stop()
             save_window_state(self, self.settings)
             # Serving first: its clients' units run on models the desktop engine shares.
+            self.thinking_sound.stop()
             self.shutdown_stuck = self.bench.shutdown()  # cancelled; its engines closed
             self.shutdown_stuck += self.server.shutdown()
             self.shutdown_stuck += self.controller.shutdown()

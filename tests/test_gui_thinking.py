@@ -8,6 +8,7 @@ import time
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
@@ -62,6 +63,34 @@ def test_thinking_shows_when_the_reply_is_late_and_goes_when_it_starts(window, q
     qtbot.waitUntil(lambda: not item.thinking, timeout=2000)
     assert item.reply_bubble.isVisible() and "noon" in item.reply
     assert view.thinking_turns() == []
+
+
+def test_the_thinking_sound_is_off_by_default_and_chimes_once_switched_on(window, qtbot):
+    from app.thinking_sound import chime
+    from engine.audio.file_sink import FileSink
+
+    sinks: list[FileSink] = []
+
+    def sink_factory():
+        sinks.append(FileSink(None, realtime=False))
+        return sinks[-1]
+
+    sound = window.thinking_sound
+    sound.player.sink_factory = sink_factory
+    assert not sound.enabled and sound.action in window.menus["view"].actions()
+    _committed_turn(window, 1)
+    qtbot.waitUntil(lambda: window.conversation.item(1).thinking, timeout=2000)
+    assert sound.played == 0 and sinks == []  # off: silent
+    sound.action.trigger()  # View > Thinking sound
+    assert sound.enabled and window.settings.value("ui/thinking_sound") in (True, "true")
+    _committed_turn(window, 2, "and the date")
+    qtbot.waitUntil(lambda: window.conversation.item(2).thinking, timeout=2000)
+    qtbot.waitUntil(lambda: sound.played == 1 and not sound.player.playing, timeout=5000)
+    (sink,) = sinks
+    heard = sink.audio
+    tone = chime()
+    assert heard.size >= tone.size * 0.9  # the whole chime (resampled to the sink's rate)
+    assert 0.05 < float(np.abs(heard).max()) < 0.2  # audible, and soft
 
 
 def test_a_quick_reply_never_shows_thinking(window, qtbot):
