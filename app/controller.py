@@ -128,7 +128,7 @@ class EngineController(QObject):
     applied = Signal(object)  # that ConfigDiff, applied: the engine and the conversation stay
     load_started = Signal(object)  # the EngineConfig whose models load (new engine or reload)
     load_progress = Signal(str, object, str)  # stage, fraction or None, text
-    apply_failed = Signal(str)  # nothing changed; the message says why
+    apply_failed = Signal(object)  # nothing changed; the message (a JobFailure) says why
     error = Signal(str)  # start/stop/run problems for the banner
     devices_found = Signal(object)  # list[DeviceInfo]
     audio_devices_found = Signal(object, object)  # inputs, outputs (AudioDevice lists)

@@ -27,6 +27,7 @@ from app.controller import TRANSITIONS, ControllerMode, ControllerState, EngineC
 from app.conversation_view import ConversationView
 from app.global_hotkey import GlobalPushToTalk
 from app.graphs import GraphsPanel
+from app.load_recovery import other_devices
 from app.meters import LevelMeter, MetersPanel
 from app.model_manager import install as install_model_manager
 from app.server_controller import ServerController
@@ -40,7 +41,7 @@ from app.status_line import Banner, StageStatus, StatePill
 from app.stop_talking import StopTalkingButton
 from app.window_state import save_window_state
 from engine.config import STAGES, EngineConfig
-from engine.errors import ParleyError
+from engine.errors import ModelLoadError, ParleyError
 
 POLL_MS = 100  # meters and graphs at 10 Hz
 
@@ -80,6 +81,7 @@ class MainWindow(QMainWindow):
         for note in notes or []:
             self.banner.show_message(note, "info")
         self.controller.discover()
+        self._requested: EngineConfig | None = config
         if autoload:
             self.controller.apply(config)
         install_setup_check(self, autoload)  # Help menu; opens itself on the first start
@@ -430,6 +432,7 @@ class MainWindow(QMainWindow):
         # Saved once it loads: invalid settings change nothing, on disk neither. A config
         # given with --config is used, but saved only when the user applies it.
         self._save_on_load = True
+        self._requested = config  # what a failed load's "another device" starts from
         self.controller.apply(config)
 
     def _use_layout(self, overrides: dict) -> None:
@@ -461,10 +464,31 @@ class MainWindow(QMainWindow):
         self.load_row.hide()
         self.panel.set_busy(False)
         self.panel.show_message(message, "error")
-        if self.controller.engine is None:
+        error = getattr(message, "error", None)
+        if self.controller.engine is None or isinstance(error, ModelLoadError):
             self.banner.show_message(f"The models could not be loaded: {message} "
                                      "Change them on the Settings tab.")
+        if isinstance(error, ModelLoadError):
+            self._offer_other_device(error)
         self._state_changed(self.controller.state)
+
+    def _offer_other_device(self, error: ModelLoadError) -> None:
+        """The banner offers to load the failed stage on another usable device."""
+        choices = other_devices(error, self.panel.devices, self.panel.registry)
+        if not choices or self._requested is None:
+            return
+        stage, device = error.stage, choices[0]
+
+        def retry() -> None:
+            try:
+                config = self._requested.with_overrides({f"{stage}.device": device})
+            except ParleyError as exc:
+                self.banner.show_message(f"Could not move the {stage} model to {device}: {exc}")
+                return
+            self.panel.show_message(f"Loading the {stage} model on {device}…", "info")
+            self._apply(config)
+
+        self.banner.offer(f"Load the {stage} model on {device}", retry)
 
     def _audio_switched(self, kind: str, device: str) -> None:
         self.panel.set_applied(self.controller.config)  # unapplied edits stay

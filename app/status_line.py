@@ -151,11 +151,32 @@ class Banner(QFrame):
         close.setObjectName("bannerButton")
         close.setAccessibleName("Dismiss message")
         close.clicked.connect(self.clear)
+        #: What the banner offers to do about its message (``offer``); hidden otherwise.
+        self.action = QPushButton()
+        self.action.setObjectName("bannerButton")
+        self.action.setAccessibleName("What to do about the message")  # renamed by offer()
+        self.action.clicked.connect(self._act)
+        self.action.hide()
+        self._on_action = None
         layout.addWidget(self.icon)
         layout.addWidget(self.label, 1)
+        layout.addWidget(self.action)
         layout.addWidget(close)
         self.messages: list[str] = []
         self.hide()
+
+    def offer(self, text: str, callback) -> None:
+        """Show a button that does ``callback()`` (and clears the banner) with the message."""
+        self._on_action = callback
+        self.action.setText(text)
+        self.action.setAccessibleName(text)
+        self.action.show()
+
+    def _act(self) -> None:
+        callback = self._on_action
+        self.clear()
+        if callback is not None:
+            callback()
 
     def show_message(self, text: str, level: str = "error") -> None:
         """Show ``text``; repeated errors are counted, not stacked."""
@@ -170,7 +191,9 @@ class Banner(QFrame):
         self.show()
 
     def clear(self) -> None:
-        """Hide the banner and forget its messages."""
+        """Hide the banner and forget its messages (and what it offered)."""
         self.messages.clear()
+        self._on_action = None
+        self.action.hide()
         self.hide()
         self.dismissed.emit()

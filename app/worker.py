@@ -24,6 +24,18 @@ from engine.errors import ParleyError
 log = logging.getLogger("parley.app.worker")
 
 
+class JobFailure(str):
+    """The words of a failed job, carrying the ParleyError they came from (``error``), so
+    a front end can act on the failure (after a ModelLoadError: offer another device)."""
+
+    error: ParleyError | None
+
+    def __new__(cls, text: str, error: ParleyError | None = None) -> JobFailure:
+        failure = super().__new__(cls, text)
+        failure.error = error
+        return failure
+
+
 class JobKind(enum.Enum):
     """What a background job does; the value words it for messages ("while loading models")."""
 
@@ -129,7 +141,7 @@ class Worker(QObject):
             try:
                 value = job.fn()
             except ParleyError as exc:
-                error = str(exc)
+                error = JobFailure(str(exc), exc)
             except Exception as exc:  # a bug must reach the user, not kill the thread
                 log.exception("background job %r failed", job.kind.label)
                 error = f"unexpected error while {job.kind.label}: {type(exc).__name__}: {exc}"

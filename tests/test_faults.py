@@ -49,13 +49,13 @@ try:
     from fixtures_faults import (FakeSoundDevice, FaultyLlm, FaultyModel, FaultyRegistry, FaultyVad,
                                  ctranslate2_oom, cuda_oom, injected, install_fake_sound, onnx_oom,
                                  parley_threads, wait_for)
-    from fixtures_gui import gui_settings  # fixture
+    from fixtures_gui import gui_settings, panel_devices  # fixture
     from helpers import normalize, speech_with_gap
 except ImportError:  # tests/ collected as a package
     from tests.fixtures_faults import (FakeSoundDevice, FaultyLlm, FaultyModel, FaultyRegistry,
                                        FaultyVad, ctranslate2_oom, cuda_oom, injected,
                                        install_fake_sound, onnx_oom, parley_threads, wait_for)
-    from tests.fixtures_gui import gui_settings  # noqa: F401 (fixture)
+    from tests.fixtures_gui import gui_settings, panel_devices  # noqa: F401 (fixture)
     from tests.helpers import normalize, speech_with_gap
 
 WAIT_S = 10.0
@@ -444,7 +444,57 @@ def test_the_window_names_a_model_that_fails_to_load(monkeypatch, qtbot, gui_set
     text = window.banner.label.text()
     assert text.startswith("The models could not be loaded: the vad model ")
     assert " (silero) could not be loaded on cpu: RuntimeError: injected fault" in text
+    # Silero runs only on the CPU, and the CPU failed: no other device to offer.
+    assert window.banner.action.isHidden()
     window.close()
+
+
+def test_after_a_failed_load_the_window_offers_another_device(monkeypatch, qtbot, gui_settings):
+    """The failure travels as the error itself (not only its words), so the banner can
+    offer the failed stage on another device it runs on; one click applies that."""
+    import torch
+
+    from PySide6.QtCore import Qt
+
+    from app.main_window import MainWindow
+    from app.worker import JobFailure
+
+    window = MainWindow(EngineConfig(), gui_settings, autoload=False)
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitUntil(lambda: not window.controller.worker.busy, timeout=60000)  # discovery
+    window.panel.set_devices(panel_devices())  # cpu, two CUDA GPUs, (no) mps, mlx
+    applied = []
+    monkeypatch.setattr(window.controller, "apply", applied.append)
+    error = ModelLoadError("llm", "HuggingFaceTB/SmolLM2-360M-Instruct", "transformers", "cuda:1",
+                           torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.0 GiB"))
+    window.controller.apply_failed.emit(JobFailure(str(error), error))
+    assert window.banner.isVisible() and "could not be loaded on cuda:1" in window.banner.label.text()
+    assert window.banner.action.isVisible()
+    assert window.banner.action.text() == "Load the llm model on cpu"  # the floor first
+    assert window.banner.action.accessibleName() == window.banner.action.text()
+    qtbot.mouseClick(window.banner.action, Qt.MouseButton.LeftButton)
+    (config,) = applied
+    assert config.llm.device == "cpu" and not window.banner.isVisible()
+    window.close()
+
+
+def test_other_devices_are_usable_supported_and_not_the_one_that_failed():
+    import torch
+
+    from app.load_recovery import other_devices
+    from engine.backends import BackendRegistry
+
+    oom = torch.OutOfMemoryError("CUDA out of memory")
+    backends = BackendRegistry()
+    llm = ModelLoadError("llm", "m", "transformers", "cuda:1", oom)
+    assert other_devices(llm, panel_devices(), backends) == ["cpu", "cuda:0"]  # mps absent
+    on_cpu = ModelLoadError("llm", "m", "transformers", "cpu", oom)
+    assert other_devices(on_cpu, panel_devices(), backends) == ["cuda:0", "cuda:1"]
+    vad = ModelLoadError("vad", "silero_vad.onnx", "silero", "cpu", oom)
+    assert other_devices(vad, panel_devices(), backends) == []  # Silero runs only on the CPU
+    unknown = ModelLoadError("llm", "m", "no-such-backend", "cpu", oom)
+    assert other_devices(unknown, panel_devices(), backends) == []
 
 
 # ---------------------------------------------------------------------- lost sound devices
