@@ -450,21 +450,7 @@ class SettingsPanel(QWidget):
     def set_audio_device(self, kind: str, device: str) -> None:
         """Show ``device`` in the ``kind`` dropdown without emitting a change."""
         combo = self.input_device if kind == "input" else self.output_device
-        devices = self.inputs if kind == "input" else self.outputs
-        combo.blockSignals(True)
-        combo.clear()
-        default = next((d.name for d in devices if d.is_default), None)
-        combo.addItem(f"System default ({default})" if default else "System default", "default")
-        for d in devices:
-            combo.addItem(d.label, d.name)
-        if not devices:
-            combo.setItemData(0, f"no {kind} device is present", Qt.ItemDataRole.ToolTipRole)
-        index = combo.findData(device)
-        if index < 0:
-            combo.addItem(f"{device} (not found)", device)
-            index = combo.count() - 1
-        combo.setCurrentIndex(index)
-        combo.blockSignals(False)
+        fill_audio_combo(combo, self.inputs if kind == "input" else self.outputs, device, kind)
 
     def _audio_chosen(self, kind: str) -> None:
         combo = self.input_device if kind == "input" else self.output_device
@@ -591,3 +577,23 @@ def _on_edit(editor: QWidget, slot) -> None:
         editor.valueChanged.connect(lambda *_: slot())
     elif isinstance(editor, QLineEdit):
         editor.textChanged.connect(lambda *_: slot())
+
+
+def fill_audio_combo(combo: QComboBox, devices, chosen: str, kind: str) -> None:
+    """Fill a microphone or speaker dropdown without emitting a change: "System default
+    (name)", then each device's label (the device's name as the item's data); a chosen
+    device that is not present stays visible as "(not found)"."""
+    combo.blockSignals(True)
+    combo.clear()
+    default = next((d.name for d in devices if d.is_default), None)
+    combo.addItem(f"System default ({default})" if default else "System default", "default")
+    for d in devices:
+        combo.addItem(d.label, d.name)
+    if not devices:
+        combo.setItemData(0, f"no {kind} device is present", Qt.ItemDataRole.ToolTipRole)
+    index = combo.findData(chosen)
+    if index < 0:
+        combo.addItem(f"{chosen} (not found)", chosen)
+        index = combo.count() - 1
+    combo.setCurrentIndex(index)
+    combo.blockSignals(False)

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (QComboBox, QDialog, QGridLayout, QGroupBox, QHBox
 
 from app.meters import LevelMeter
 from app.settings import key_for, set_ui_value, to_text, ui_value
+from app.settings_panel import fill_audio_combo
 from engine.audio.base import AudioSink, AudioSource
 from engine.setup_check import (FLOOR_DBFS, MIC_STAGES, SPEAKER_STAGES, MicCheck, MicResult,
                                 SpeakerCheck, SpeakerResult, missing_models)
@@ -135,8 +136,10 @@ class SetupCheckDialog(QDialog):
     def set_audio_devices(self, inputs, outputs) -> None:
         """Fill the dropdowns (AudioDevice lists), keeping what is chosen, else the setting."""
         audio = self.controller.config.audio
-        _fill(self.input_combo, inputs, self.input_combo.currentData() or audio.input_device)
-        _fill(self.output_combo, outputs, self.output_combo.currentData() or audio.output_device)
+        fill_audio_combo(self.input_combo, inputs, self.input_combo.currentData() or audio.input_device,
+                         "input")
+        fill_audio_combo(self.output_combo, outputs,
+                         self.output_combo.currentData() or audio.output_device, "output")
 
     def device(self, kind: str) -> str:
         """The device setting chosen for ``kind`` ("input"/"output")."""
@@ -386,23 +389,6 @@ def _show(label: QLabel, text: str, level: str) -> None:
 def _sentence(text: str | None) -> str:
     text = (text or "").strip()
     return text[:1].upper() + text[1:] + ("" if text.endswith((".", "!", "?")) else ".")
-
-
-def _fill(combo: QComboBox, devices, chosen: str) -> None:
-    """The settings panel's item format: "System default (name)" then each device's label,
-    with the device's name as the item's data."""
-    combo.blockSignals(True)
-    combo.clear()
-    default = next((d.name for d in devices if d.is_default), None)
-    combo.addItem(f"System default ({default})" if default else "System default", "default")
-    for d in devices:
-        combo.addItem(d.label, d.name)
-    index = combo.findData(chosen)
-    if index < 0:
-        combo.addItem(f"{chosen} (not found)", chosen)
-        index = combo.count() - 1
-    combo.setCurrentIndex(index)
-    combo.blockSignals(False)
 
 
 # ---------------------------------------------------------------------- the window
