@@ -18,12 +18,12 @@ import argparse
 import logging
 import json
 import sys
-import threading
 import time
 from collections.abc import Callable
 
 from engine.bench_layouts import ResolvedLayout, parse_layouts, resolve_layouts
 from engine.config import EngineConfig, config_fields, load_config, require_one_unit
+from engine.sampler import PeriodicSampler
 from engine.errors import AudioInputError, ConfigError, NoSpeechError, ParleyError
 from engine.metrics import Figure
 from engine.report import bench_summary, format_value, placement_dict, turn_dict
@@ -65,25 +65,15 @@ def _config(args: argparse.Namespace) -> EngineConfig:
     return config.with_overrides(overrides)
 
 
-class MemorySampler:
+class MemorySampler(PeriodicSampler):
     """Samples ``sample_memory`` every ``interval`` s in a thread; keeps, per layout, the
     highest reading per device while that layout was the one running."""
 
     def __init__(self, devices: set[str], interval: float = 0.2) -> None:
+        super().__init__(interval, "bench-memory")
         self.devices = devices
-        self.interval = interval
         self.current: str | None = None
         self.peaks: dict[str, dict[str, dict[str, int]]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="bench-memory", daemon=True)
-
-    def __enter__(self) -> MemorySampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
 
     def sample(self) -> None:
         from engine.memory import sample_memory
@@ -96,10 +86,6 @@ class MemorySampler:
             peak["used_bytes"] = max(peak["used_bytes"], reading.used_bytes)
             if "peak" in reading.extra:
                 peak["peak_bytes"] = max(peak.get("peak_bytes", 0), reading.extra["peak"])
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.sample()
 
 
 def _reset_peaks(devices: set[str]) -> None:

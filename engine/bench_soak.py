@@ -40,6 +40,7 @@ from engine.audio.base import PIPELINE_RATE, AudioBlock
 from engine.config import EngineConfig, config_fields, load_config
 from engine.errors import ConfigError, ParleyError
 from engine.events import (EngineError, Event, TurnCancelled, TurnFinished, UserSpeaking)
+from engine.sampler import PeriodicSampler
 from engine.stats import percentile
 
 PROG = "parley-cli bench soak"
@@ -203,31 +204,21 @@ def process_figures() -> tuple[int, int, int]:
     return proc.memory_info().rss, proc.num_threads(), fds
 
 
-class _QueueSampler:
+class _QueueSampler(PeriodicSampler):
     """A thread reading the engine's snapshot at ``SAMPLE_HZ``: the deepest queue per stage."""
 
     def __init__(self, engine) -> None:
+        super().__init__(1.0 / SAMPLE_HZ, "bench-soak-sampler")
         self.engine = engine
         self.max_depth: dict[str, tuple[int, int]] = {}
         self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-soak-sampler", daemon=True)
 
-    def __enter__(self) -> _QueueSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(5.0)
-
-    def _run(self) -> None:
-        while not self._stop.wait(1.0 / SAMPLE_HZ):
-            for stage in self.engine.snapshot().stages:
-                old = self.max_depth.get(stage.name, (0, stage.queue_capacity))
-                if stage.queue_depth > old[0] or stage.name not in self.max_depth:
-                    self.max_depth[stage.name] = (max(old[0], stage.queue_depth), stage.queue_capacity)
-            self.samples += 1
+    def sample(self) -> None:
+        for stage in self.engine.snapshot().stages:
+            old = self.max_depth.get(stage.name, (0, stage.queue_capacity))
+            if stage.queue_depth > old[0] or stage.name not in self.max_depth:
+                self.max_depth[stage.name] = (max(old[0], stage.queue_depth), stage.queue_capacity)
+        self.samples += 1
 
 
 class _TurnWatch:
