@@ -1,4 +1,4 @@
-"""BenchController: the Benchmark tab's handle on ``engine.bench_lab`` (layouts compared).
+"""BenchController: the Benchmark tab's handle on ``engine.bench.lab`` (layouts compared).
 
 A run resolves the layouts, decodes the input, loads each layout's engine (one
 ModelRegistry for the run, so layouts placed alike share their models), warms each up and
@@ -17,7 +17,7 @@ from types import SimpleNamespace
 from PySide6.QtCore import QObject, Signal
 
 from app.worker import JobKind, Worker
-from engine.bench_layouts import Layout
+from engine.bench.layouts import Layout
 from engine.config import EngineConfig
 
 CANCELLED = "the benchmark was cancelled"
@@ -81,8 +81,8 @@ class BenchController(QObject):
 
         def job() -> dict:
             from engine.audio.decode import load_audio
-            from engine.bench_lab import run_layouts
-            from engine.bench_layouts import resolve_layouts
+            from engine.bench.lab import run_layouts
+            from engine.bench.layouts import resolve_layouts
             from engine.config import require_one_unit
 
             resolved = resolve_layouts(base, layouts)  # an impossible layout fails here

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QComboBox, QFileDialog, QGridLayout, QGroupBox, QHBoxLayout,
-                               QLabel, QPushButton, QSpinBox, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QComboBox, QFileDialog, QGridLayout, QGroupBox, QHBoxLayout, QLabel,
+                               QPushButton, QSpinBox, QVBoxLayout, QWidget)
 
 from app import theme
 from app.graphs import style_plot
@@ -26,9 +26,9 @@ from app.bench_controller import CANCELLED, BenchController
 from app.resources import resource_path
 from app.server_panel import _set_row, _table
 from engine.backends import BackendRegistry
-from engine.bench_layouts import Layout
-from engine.bench_plot import STACK
-from engine.metrics import Figure
+from engine.bench.layouts import Layout
+from engine.bench.plot import STACK
+from engine.pipeline.metrics import Figure
 
 AUTO = "auto"
 SAME = ""  # a stage dropdown's "as for all stages"

@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Signal
 
-from engine.events import (EngineError, Event, FinalTranscript, PartialTranscript, ReplyText,
-                           TurnCancelled, TurnFinished, UserSpeaking)
+from engine.pipeline.events import (EngineError, Event, FinalTranscript, PartialTranscript, ReplyText,
+                                    TurnCancelled, TurnFinished, UserSpeaking)
 
 
 class EventBridge(QObject):

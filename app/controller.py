@@ -33,7 +33,7 @@ from engine.audio.base import AudioSink, AudioSource
 from engine.config import EngineConfig
 from engine.config_diff import ConfigDiff, Effect, diff_configs, effect_of
 from engine.errors import AudioDeviceError, ParleyError
-from engine.models import ModelRegistry
+from engine.runtime.model_registry import ModelRegistry
 
 log = logging.getLogger("parley.app")
 
@@ -100,7 +100,7 @@ def _open_history(engine, store):
     """Record ``engine``'s turns into the history (runs on the worker). Returns the
     recorder, the store, and a notice to show (a damaged database moved aside, or why
     the history is unavailable); the conversation goes on without history if it fails."""
-    from engine.history import HistoryStore, record_history
+    from engine.history.store import HistoryStore, record_history
 
     opened = store is None
     try:
@@ -164,7 +164,7 @@ class EngineController(QObject):
 
         def job():
             from engine.audio.sd_devices import list_audio_devices
-            from engine.devices import discover_devices
+            from engine.runtime.devices import discover_devices
 
             return discover_devices(), list_audio_devices(refresh=refresh)
 

@@ -6,7 +6,7 @@ When the reply has not started ``thinking_delay_ms`` after the final transcript,
 
 The reply is shown as the LLM wrote it, its Markdown rendered (bold, italic, code, links,
 lists); the user's words are plain text, never read as Markdown. What the voice says is
-made elsewhere (``engine.speech_text``) and never shown here.
+made elsewhere (``engine.stages.speech_text``) and never shown here.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ import re
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor, QTextDocument
-from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget)
 
 from app import theme
 

@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtWidgets import (QDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget)
 
-from engine.model_cache import human_bytes
+from engine.runtime.model_cache import human_bytes
 
 STAGE_LABELS = {"vad": "voice detection", "stt": "speech recognition", "llm": "language model",
                 "tts": "voice"}

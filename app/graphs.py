@@ -15,7 +15,7 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QGridLayout, QWidget
 
 from app import theme
-from engine.metrics import Figure, Mark
+from engine.pipeline.metrics import Figure, Mark
 
 
 

@@ -1,7 +1,7 @@
 """The conversation history browser: past conversations by day, full-text search, copy,
 export and delete.
 
-Reads the SQLite history the engine writes every finished turn to (``engine.history``).
+Reads the SQLite history the engine writes every finished turn to (``engine.history.store``).
 Listing and showing a conversation is a few milliseconds of SQLite per click, so it runs
 where it is asked for; a search can scan a large full-text index as the user types, so it
 runs on one worker thread and only the newest query's answer is shown. The dialog opens
@@ -17,13 +17,12 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QTextCursor
-from PySide6.QtWidgets import (QComboBox, QDialog, QFileDialog, QHBoxLayout, QLabel,
-                               QLineEdit, QListWidget, QListWidgetItem, QMessageBox,
-                               QPushButton, QSplitter, QTextBrowser, QTextEdit, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (QComboBox, QDialog, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QListWidget,
+                               QListWidgetItem, QMessageBox, QPushButton, QSplitter, QTextBrowser, QTextEdit,
+                               QVBoxLayout, QWidget)
 
 from engine.errors import ParleyError
-from engine.history import ConversationSummary, HistoryStore, SearchHit
+from engine.history.store import ConversationSummary, HistoryStore, SearchHit
 
 _ROLE = Qt.ItemDataRole.UserRole
 _MARKS = ("«", "»")  # around matched words in a hit's snippet: plain text, any theme

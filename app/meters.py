@@ -13,7 +13,7 @@ from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QGridLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
 
 from app import theme
-from engine.metrics import Figure, Unit
+from engine.pipeline.metrics import Figure, Unit
 
 
 def fmt_bytes(n: int | float | None) -> str:
@@ -161,7 +161,7 @@ class LockMeter(QGroupBox):
         self.update_lock(None)
 
     def update_lock(self, lock) -> None:
-        """Show an ``engine.mlx_lock.MlxLockSnapshot``; None means no stage runs on MLX."""
+        """Show an ``engine.runtime.mlx_lock.MlxLockSnapshot``; None means no stage runs on MLX."""
         self.in_use = lock is not None
         for w in (self.caption, self.bar, self.value, self.stages):
             w.setVisible(self.in_use)

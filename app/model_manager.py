@@ -1,7 +1,7 @@
 """File > Models…: the models on disk, their size, which stage uses them; download, remove.
 
 The table lists the Hugging Face hub cache, Parley's own cache and the models bundled in
-installed packages (``engine.model_cache``). Scanning a large cache and deleting a large
+installed packages (``engine.runtime.model_cache``). Scanning a large cache and deleting a large
 model take seconds, so both run on a worker thread; the window's buttons wait for it,
 and closing the window joins it. Download… fetches the hub models the loaded engine
 would rather use but are missing, through the first-run ``ModelDownloadDialog``. Remove
@@ -19,14 +19,13 @@ from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import (QAbstractItemView, QDialog, QHBoxLayout, QHeaderView, QLabel,
-                               QMessageBox, QPushButton, QTableWidget, QTableWidgetItem,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QDialog, QHBoxLayout, QHeaderView, QLabel, QMessageBox,
+                               QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from app.first_run import HUB_PATTERNS, HubDownload, ModelDownloadDialog, hub_downloads
 from engine.errors import ParleyError
-from engine.model_cache import (BUNDLED, HUB, CachedModel, ModelScan, ModelUse, engine_uses, human_bytes,
-                                remove_model, scan_models, uses_of)
+from engine.runtime.model_cache import (BUNDLED, HUB, CachedModel, ModelScan, ModelUse, engine_uses,
+                                        human_bytes, remove_model, scan_models, uses_of)
 
 COLUMNS = ("Name", "Kind", "Size", "Last used", "Used by")
 _ROLE = Qt.ItemDataRole.UserRole

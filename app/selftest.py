@@ -56,7 +56,7 @@ def _progress(stage: str, fraction: float | None, text: str) -> None:
 
 def _show_error(event) -> None:
     """Stage errors on stderr as they happen (they are in the JSON's ``errors`` too)."""
-    from engine.events import EngineError
+    from engine.pipeline.events import EngineError
 
     if isinstance(event, EngineError):
         print(f"error in {event.stage}: {event.message}", file=sys.stderr, flush=True)
@@ -96,7 +96,7 @@ def _config(path: str | None):
 def _run(config_path: str | None, summary: dict) -> list[str]:
     """The self-test proper; fills ``summary`` and returns the failed checks."""
     from engine.audio.decode import load_audio
-    from engine.hub import HubStatus
+    from engine.runtime.hub import HubStatus
     from engine.recording import load_engine, run_recording
     from engine.report import placement_dict, turn_dict
 
@@ -193,7 +193,7 @@ def _emit(summary: dict, output: str | None) -> None:
     text = json.dumps(summary, indent=2, ensure_ascii=False)
     if output is None and sys.stdout is None:
         # A windowed Windows build has no stdout: leave the report where it can be found.
-        from engine.paths import cache_dir
+        from engine.runtime.paths import cache_dir
 
         output = str(cache_dir() / "self-test.json")
     if output is None:

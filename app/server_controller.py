@@ -29,7 +29,7 @@ from app.snapshots import LatestPoller
 from app.worker import JobKind, Worker
 from engine.config import EngineConfig
 from engine.errors import ParleyError
-from engine.models import ModelRegistry
+from engine.runtime.model_registry import ModelRegistry
 
 log = logging.getLogger("parley.app.server")
 
@@ -104,7 +104,7 @@ def server_settings(request: ServeRequest):
     """The engine's ServerSettings for ``request``, checked: a ParleyError says what is
     wrong (aiohttp missing, a non-loopback host without a key...). Cheap: no I/O."""
     from engine.server import require_aiohttp
-    from engine.server.settings import ServerSettings
+    from engine.server.server_settings import ServerSettings
 
     require_aiohttp()
     settings = ServerSettings(host=request.host, port=request.port,

@@ -16,16 +16,16 @@ from __future__ import annotations
 from pathlib import PurePath
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QAbstractItemView, QGridLayout, QGroupBox, QHBoxLayout,
-                               QHeaderView, QLabel, QLineEdit, QPushButton, QSpinBox,
-                               QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QGridLayout, QGroupBox, QHBoxLayout, QHeaderView, QLabel,
+                               QLineEdit, QPushButton, QSpinBox, QTableWidget, QTableWidgetItem, QVBoxLayout,
+                               QWidget)
 
 from app.first_run import bundled_name
 from app.meters import fmt_bytes, fmt_ms
 from app.server_controller import PoolView, ServerController, ServeRequest, ServerState
 from app.settings import set_ui_value, ui_value
 from app.status_line import short_model
-from engine.server.settings import LOOPBACK_HOSTS
+from engine.server.server_settings import LOOPBACK_HOSTS
 
 UNIT_COLUMNS = ("Unit", "State", "Client", "Turns", "Current stage", "Last voice-to-voice")
 MODEL_COLUMNS = ("Stage", "Backend", "Model", "Device", "Memory", "Lock acquisitions",

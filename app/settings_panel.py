@@ -19,15 +19,15 @@ from __future__ import annotations
 import threading
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGridLayout,
-                               QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton,
-                               QScrollArea, QSpinBox, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGridLayout, QGroupBox,
+                               QHBoxLayout, QLabel, QLineEdit, QPushButton, QScrollArea, QSpinBox,
+                               QVBoxLayout, QWidget)
 
 from app.settings_fields import editor_value, field_label, make_editor, set_editor_value
 from engine.backends import BackendRegistry
 from engine.config import STAGES, EngineConfig, config_fields
 from engine.config_diff import ConfigDiff, diff_configs
-from engine.devices import Device, DeviceInfo
+from engine.runtime.devices import Device, DeviceInfo
 from engine.errors import ConfigError
 
 AUTO = "auto"
@@ -333,7 +333,7 @@ class SettingsPanel(QWidget):
             return
 
         def run() -> None:
-            from engine.devices import discover_remote
+            from engine.runtime.devices import discover_remote
 
             try:
                 infos = {i.stages[0]: i for i in discover_remote(config)}

@@ -1,7 +1,7 @@
 """The first-run check: pick the microphone and speaker, hear yourself transcribed, hear a
 sample reply, and keep the devices that work.
 
-``SetupCheckDialog`` runs ``engine.setup_check``'s ``MicCheck`` and ``SpeakerCheck`` on
+``SetupCheckDialog`` runs ``engine.audio.device_check``'s ``MicCheck`` and ``SpeakerCheck`` on
 the loaded engine's models, each on a thread the dialog owns (joined when it closes);
 results come back through queued signals, and the level meter is redrawn by a timer,
 never per audio block. "Use these devices" switches the devices through the controller's
@@ -19,15 +19,15 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QGuiApplication
-from PySide6.QtWidgets import (QComboBox, QDialog, QGridLayout, QGroupBox, QHBoxLayout, QLabel,
-                               QPushButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QComboBox, QDialog, QGridLayout, QGroupBox, QHBoxLayout, QLabel, QPushButton,
+                               QVBoxLayout, QWidget)
 
 from app.meters import LevelMeter
 from app.settings import key_for, set_ui_value, to_text, ui_value
 from app.settings_panel import fill_audio_combo
 from engine.audio.base import AudioSink, AudioSource
-from engine.setup_check import (FLOOR_DBFS, MIC_STAGES, SPEAKER_STAGES, MicCheck, MicResult,
-                                SpeakerCheck, SpeakerResult, missing_models)
+from engine.audio.device_check import (FLOOR_DBFS, MIC_STAGES, SPEAKER_STAGES, MicCheck, MicResult,
+                                       SpeakerCheck, SpeakerResult, missing_models)
 
 #: Set to 1 to never open the check by itself (tests, the packaged self-test, kiosks).
 NO_FIRST_RUN_ENV = "PARLEY_NO_FIRST_RUN"

@@ -17,17 +17,17 @@ from dataclasses import dataclass
 from engine.audio.base import AudioSink, AudioSource
 from engine.config import STAGES, EndOfTurn, EngineConfig, require_one_unit
 from engine.config_diff import ConfigDiff, Effect, diff_configs
-from engine.devices import DeviceInfo
-from engine.errors import (ConfigError, DeviceError, MissingDependencyError, ModelLoadError,
-                           ParleyError, is_out_of_memory, release_cached_memory)
-from engine.events import Event, EventHub, LoadProgress
-from engine.hub import HubStatus
-from engine.memory import MemoryReading, sample_memory
-from engine.mlx_lock import MlxLockSnapshot, get_mlx_lock
-from engine.metrics import Metrics, StageStats, TurnRecord
-from engine.models import ModelRegistry
-from engine.pipeline import PipelineUnit
-from engine.placement import Placement, resolve_placements
+from engine.runtime.devices import DeviceInfo
+from engine.errors import (ConfigError, DeviceError, MissingDependencyError, ModelLoadError, ParleyError,
+                           is_out_of_memory, release_cached_memory)
+from engine.pipeline.events import Event, EventHub, LoadProgress
+from engine.runtime.hub import HubStatus
+from engine.runtime.memory import MemoryReading, sample_memory
+from engine.runtime.mlx_lock import MlxLockSnapshot, get_mlx_lock
+from engine.pipeline.metrics import Metrics, StageStats, TurnRecord
+from engine.runtime.model_registry import ModelRegistry
+from engine.pipeline.unit import PipelineUnit
+from engine.runtime.placement import Placement, resolve_placements
 
 
 class EngineState(enum.Enum):
@@ -147,7 +147,7 @@ class Engine:
         if config.turns.end_of_turn not in (EndOfTurn.AUTO, EndOfTurn.LEARNED):
             return
         if self.turn_model is None:
-            from engine.turn_end.smart_turn import SmartTurn
+            from engine.stages.end_of_turn.smart_turn import SmartTurn
 
             try:
                 self.turn_model = SmartTurn()
@@ -323,8 +323,8 @@ class Engine:
         return done
 
     def voices(self):
-        """The voices of the loaded TTS model (an ``engine.voices.VoiceList``)."""
-        from engine.voices import voices_of
+        """The voices of the loaded TTS model (an ``engine.backends.voices.VoiceList``)."""
+        from engine.backends.voices import voices_of
 
         return voices_of(self._loaded_model("tts"))
 
@@ -332,7 +332,7 @@ class Engine:
         """Speak ``text`` with the loaded TTS model as ``voice`` at ``speed``, apart from
         the pipeline (its settings and queues are untouched): (float32 mono audio, rate).
         Blocks while it synthesises: call it off the GUI thread."""
-        from engine.voices import preview
+        from engine.backends.voices import preview
 
         return preview(self._loaded_model("tts"), self.config, text, voice, speed)
 

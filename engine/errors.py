@@ -93,9 +93,9 @@ def _bytes(n: int | float | None) -> str:
 def memory_figures(device: str | None) -> str:
     """``device``'s memory now (and the process's RAM), one line, for an out-of-memory report.
 
-    Reads only what ``engine.memory.sample_memory`` reads: libraries already imported.
+    Reads only what ``engine.runtime.memory.sample_memory`` reads: libraries already imported.
     """
-    from engine.memory import sample_memory
+    from engine.runtime.memory import sample_memory
 
     devices = {device} if device and device != "cpu" else set()
     try:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from engine.metrics import Figure, Mark, TurnRecord, Unit
-from engine.placement import Placement
-from engine.stats import percentile
+from engine.pipeline.metrics import Figure, Mark, TurnRecord, Unit
+from engine.runtime.placement import Placement
+from engine.runtime.stats import percentile
 
 _DIGITS = {Unit.SECONDS: 4, Unit.RATIO: 4, Unit.RATE: 2}
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from engine.audio.sd_devices import AudioDevice
 from engine.backends.base import no_progress
-from engine.models import ModelRegistry
+from engine.runtime.model_registry import ModelRegistry
 
 WAIT_S = 10.0
 

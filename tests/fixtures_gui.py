@@ -16,10 +16,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 from PySide6.QtCore import QElapsedTimer, QSettings, QTimer
 
-from engine.devices import Device, DeviceInfo
+from engine.runtime.devices import Device, DeviceInfo
 from engine.engine import EngineSnapshot, EngineState, StagePlacement
-from engine.memory import sample_memory
-from engine.metrics import Figure, Mark, Metrics
+from engine.runtime.memory import sample_memory
+from engine.pipeline.metrics import Figure, Mark, Metrics
 
 GIB = 2**30
 

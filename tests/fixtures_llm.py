@@ -16,7 +16,7 @@ import pytest
 
 from engine.backends.base import GenerationOptions, LoadRequest
 from engine.config import LlmConfig
-from engine.devices import CPU
+from engine.runtime.devices import CPU
 
 __all__ = ["Conversion", "llm_cache_dir", "smollm2_gguf", "smollm2_conversion", "smollm2",
            "tiny_lm_folder", "tiny_lm", "collect", "options"]

@@ -18,8 +18,8 @@ import pytest
 
 from engine.backends.base import LoadRequest, no_progress
 from engine.config import LlmConfig, SttConfig
-from engine.devices import Device
-from engine.mlx_lock import MlxLock
+from engine.runtime.devices import Device
+from engine.runtime.mlx_lock import MlxLock
 
 MLX = Device("mlx")
 QUESTION = [{"role": "system", "content": LlmConfig().system_prompt},

@@ -78,7 +78,7 @@ def server_engine():
     module; closed at the end."""
     from engine.config import EngineConfig
     from engine.engine import Engine
-    from engine.hub import HubStatus
+    from engine.runtime.hub import HubStatus
 
     config = EngineConfig().with_overrides({"units": 3, "turns.live_transcription": True})
     engine = Engine(config, hub=HubStatus(offline=True))

@@ -17,7 +17,7 @@ from engine.backends.llm.gguf_convert import SOURCE_FILE, converted_folder
 from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token
 from engine.backends.llm.transformers_lm import BUNDLED_FILE, _TextStream, bundled_model, load
 from engine.config import LlmConfig
-from engine.devices import CPU, Device
+from engine.runtime.devices import CPU, Device
 from engine.errors import ConfigError, DeviceError, ModelError
 from fixtures_llm import *  # noqa: F403 - session fixtures
 from fixtures_llm import collect, options

@@ -13,7 +13,7 @@ import pytest
 from engine.audio.decode import load_audio
 from engine.backends.base import LoadRequest, SttResult, no_progress
 from engine.config import SttConfig
-from engine.devices import CPU, Device
+from engine.runtime.devices import CPU, Device
 from engine.errors import AudioInputError, ConfigError, DeviceError, ModelError
 
 try:

@@ -13,14 +13,14 @@ import pytest
 
 from engine.backends.base import LoadRequest, no_progress
 from engine.config import TtsConfig
-from engine.devices import CPU, Device
+from engine.runtime.devices import CPU, Device
 from engine.errors import ConfigError, DeviceError, MissingDependencyError, ModelError
 try:  # tests/ is on sys.path under plain `pytest`; the checkout root under `python -m pytest`
-    from fixtures_tts import (KOKORO_FRAMES_PER_TOKEN, KOKORO_SAMPLES_PER_FRAME,
-                              random_kokoro_dir, rms, transcribe, whisper_tiny_en)
+    from fixtures_tts import (KOKORO_FRAMES_PER_TOKEN, KOKORO_SAMPLES_PER_FRAME, random_kokoro_dir, rms,
+                              transcribe, whisper_tiny_en)
 except ImportError:
-    from tests.fixtures_tts import (KOKORO_FRAMES_PER_TOKEN, KOKORO_SAMPLES_PER_FRAME,
-                                    random_kokoro_dir, rms, transcribe, whisper_tiny_en)
+    from tests.fixtures_tts import (KOKORO_FRAMES_PER_TOKEN, KOKORO_SAMPLES_PER_FRAME, random_kokoro_dir, rms,
+                                    transcribe, whisper_tiny_en)
 
 __all__ = ["random_kokoro_dir", "whisper_tiny_en"]  # fixtures, used by name
 

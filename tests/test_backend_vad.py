@@ -12,7 +12,7 @@ import soundfile as sf
 from engine.audio.decode import load_audio, resample
 from engine.backends.base import LoadRequest, no_progress
 from engine.config import VadConfig
-from engine.devices import CPU, Device
+from engine.runtime.devices import CPU, Device
 from engine.errors import AudioInputError, DeviceError
 
 try:
@@ -199,7 +199,7 @@ def test_loading_does_not_import_torch():
     # Importing the silero_vad package imports torch and sets its thread count to 1.
     code = ("import sys; from engine.backends.vad import silero; "
             "from engine.backends.base import LoadRequest, no_progress; "
-            "from engine.devices import CPU; "
+            "from engine.runtime.devices import CPU; "
             "m = silero.load(LoadRequest('bundled', CPU, 'auto', None), no_progress); "
             "print(m.actual_device, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,

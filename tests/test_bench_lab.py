@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from engine.bench_lab import format_layouts
-from engine.bench_layouts import Layout, parse_layouts
-from engine.cli import main
+from engine.bench.lab import format_layouts
+from engine.bench.layouts import Layout, parse_layouts
+from engine.cli.main import main
 from engine.config import EngineConfig
 from engine.errors import ConfigError, DeviceError
-from engine.metrics import Figure
+from engine.pipeline.metrics import Figure
 from engine.report import BENCH_FIGURES
 from tests.helpers import ROOT, run_cli
 
@@ -133,7 +133,7 @@ def test_missing_matplotlib_names_the_extra(no_loading, capsys, monkeypatch, tmp
 
 
 def test_plain_bench_is_unchanged():
-    from engine.cli import build_parser
+    from engine.cli.main import build_parser
 
     args = build_parser().parse_args(["bench", AUDIO, "--runs", "2"])
     assert (args.command, args.input, args.runs) == ("bench", AUDIO, 2)
@@ -171,7 +171,7 @@ def test_table_puts_layouts_side_by_side():
 
 def test_plot_writes_a_png(tmp_path):
     pytest.importorskip("matplotlib")
-    from engine.bench_plot import plot_layouts
+    from engine.bench.plot import plot_layouts
 
     path = tmp_path / "layouts.png"
     plot_layouts(_doc(), str(path))
@@ -181,7 +181,7 @@ def test_plot_writes_a_png(tmp_path):
 # -- random weights ---------------------------------------------------------------------
 
 def test_hub_configs_hold_the_real_sizes():
-    from engine.random_weights import LLM, WHISPER, hub_config
+    from engine.bench.random_weights import LLM, WHISPER, hub_config
 
     whisper = hub_config(WHISPER)
     assert (whisper["d_model"], whisper["encoder_layers"], whisper["decoder_layers"]) == (1280, 32, 4)
@@ -198,7 +198,7 @@ def test_random_models_load_with_the_real_widths(tmp_path):
     from transformers import (AutoModelForCausalLM, AutoProcessor, AutoTokenizer,
                               WhisperForConditionalGeneration)
 
-    from engine.random_weights import random_overrides
+    from engine.bench.random_weights import random_overrides
 
     overrides = random_overrides(layers=1, root=tmp_path)
     assert overrides["stt.backend"] == "transformers-whisper" and overrides["llm.backend"] == "transformers"

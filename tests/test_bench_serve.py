@@ -11,13 +11,13 @@ import sys
 import numpy as np
 import pytest
 
-from engine import bench_serve
-from engine.bench_clients import (CLIENT_RATE, BenchRunError, RealtimeClient, TurnTracker,
-                                  Utterance, concurrent_turns, deadlines, speech_end, speech_end_time,
-                                  to_pcm16, turn_result)
-from engine.bench_serve import (ServerProcess, format_report, latency_summary, make_plan,
-                                parse_counts, server_args)
-from engine.cli import add_config_flags, build_parser, main
+from engine.bench import serve as bench_serve
+from engine.bench.clients import (CLIENT_RATE, BenchRunError, RealtimeClient, TurnTracker, Utterance,
+                                  concurrent_turns, deadlines, speech_end, speech_end_time, to_pcm16,
+                                  turn_result)
+from engine.bench.serve import (ServerProcess, format_report, latency_summary, make_plan, parse_counts,
+                                server_args)
+from engine.cli.main import add_config_flags, build_parser, main
 from engine.errors import ConfigError
 from tests.helpers import normalize, run_cli
 
@@ -361,7 +361,7 @@ def test_client_failures_are_clear_errors(behaviour, fragment):
 
 
 def test_a_refused_connection_is_a_clear_error():
-    from engine.bench_serve import free_port
+    from engine.bench.serve import free_port
 
     async def body():
         async with RealtimeClient(f"ws://127.0.0.1:{free_port()}/v1/realtime", connect_timeout=2):

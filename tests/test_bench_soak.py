@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from engine import bench_soak
-from engine.bench_soak import SoakSource, format_report, main
+from engine.bench import soak as bench_soak
+from engine.bench.soak import SoakSource, format_report, main
 
 try:
     from fixtures_faults import FaultyLlm, injected, parley_threads
@@ -35,8 +35,8 @@ def test_a_word_for_turns_is_an_argparse_error(capsys):
 
 
 def test_engine_flags_override_the_soak_defaults():
-    from engine.bench_soak import build_parser, soak_config
-    from engine.cli import add_config_flags
+    from engine.bench.soak import build_parser, soak_config
+    from engine.cli.main import add_config_flags
 
     args = build_parser(add_config_flags).parse_args(
         ["--turns", "7", "--turns-speculative", "true", "--llm-max-new-tokens", "30"])

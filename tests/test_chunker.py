@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from engine.chunker import ClauseChunker
+from engine.stages.chunker import ClauseChunker
 
 
 def chunk(text: str, sizes=None, chunker: ClauseChunker | None = None) -> list[str]:

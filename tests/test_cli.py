@@ -14,7 +14,7 @@ def stt_model():
     from engine.backends.base import LoadRequest, no_progress
     from engine.backends.stt import faster_whisper
     from engine.config import SttConfig
-    from engine.devices import CPU
+    from engine.runtime.devices import CPU
 
     return faster_whisper.load(LoadRequest(faster_whisper.bundled_model(), CPU, "auto", SttConfig()),
                                no_progress)

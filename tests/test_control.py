@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from engine.control import TurnControl, TurnGate
+from engine.pipeline.control import TurnControl, TurnGate
 
 
 def _join(thread: threading.Thread) -> None:

@@ -20,8 +20,8 @@ from engine.audio import echo
 from engine.audio.base import AudioBlock, InputMarker
 from engine.audio.buffer import PlaybackQueue
 from engine.audio.decode import load_audio
-from engine.audio.echo import (APM_DELAY_SAMPLES, FRAME, RATE, EchoCanceller, EchoMeter,
-                               ReferenceLane, ReferenceTap)
+from engine.audio.echo import (APM_DELAY_SAMPLES, FRAME, RATE, EchoCanceller, EchoMeter, ReferenceLane,
+                               ReferenceTap)
 from engine.audio.file_sink import FileSink
 from engine.config import EchoCancellation, EngineConfig
 from engine.config_diff import Effect, describe, effect_of
@@ -491,7 +491,7 @@ class RoomSource:
 def run_room(registry, script, overrides, h, then=None, after_s=1.5, max_extra_s=90.0, timeout=300):
     """The offline engine on a room: returns (turns, events, sink, source, canceller)."""
     from engine.engine import Engine
-    from engine.hub import HubStatus
+    from engine.runtime.hub import HubStatus
     from tests.test_turn_taking_live import Recorder
 
     config = EngineConfig().with_overrides(overrides)
@@ -520,7 +520,7 @@ def run_room(registry, script, overrides, h, then=None, after_s=1.5, max_extra_s
         assert engine.wait_drained(timeout)
     finally:
         assert engine.stop() == []
-    from engine.events import EngineError
+    from engine.pipeline.events import EngineError
 
     assert not recorder.of(EngineError), recorder.of(EngineError)
     turns = engine.metrics.turns()
@@ -530,7 +530,7 @@ def run_room(registry, script, overrides, h, then=None, after_s=1.5, max_extra_s
 
 @pytest.fixture(scope="module")
 def registry():
-    from engine.models import ModelRegistry
+    from engine.runtime.model_registry import ModelRegistry
 
     return ModelRegistry()
 
@@ -545,7 +545,7 @@ LONG_REPLY = {"turns.barge_in": "full-duplex", "llm.max_new_tokens": "120",
 
 @pytest.mark.slow
 def test_without_cancellation_the_echo_barges_in(registry, jfk):
-    from engine.events import TurnCancelled
+    from engine.pipeline.events import TurnCancelled
 
     question = jfk[:int(7.8 * RATE)]
     turns, rec, sink, _source, canceller = run_room(
@@ -564,8 +564,8 @@ def test_without_cancellation_the_echo_barges_in(registry, jfk):
 
 @pytest.mark.slow
 def test_with_cancellation_the_whole_reply_plays(registry, jfk):
-    from engine.events import TurnCancelled
-    from engine.metrics import Figure
+    from engine.pipeline.events import TurnCancelled
+    from engine.pipeline.metrics import Figure
 
     question = jfk[:int(7.8 * RATE)]
     turns, rec, sink, _source, canceller = run_room(
@@ -601,7 +601,7 @@ ROOM_REACTION_S = 3.0
 def test_with_cancellation_real_speech_over_the_reply_interrupts_it(registry, jfk, one_two_three,
                                                                    gain_db):
     """Real speech over the reply (with its echo, or with none: headphones) still barges in."""
-    from engine.events import TurnCancelled
+    from engine.pipeline.events import TurnCancelled
 
     question = jfk[:int(7.8 * RATE)]
     h = room_response(gain_db=gain_db) if gain_db is not None else np.zeros(1, np.float32)

@@ -13,10 +13,10 @@ from engine.audio.file_sink import FileSink
 from engine.audio.file_source import FileSource
 from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.events import EngineError, FinalTranscript
-from engine.hub import HubStatus
-from engine.metrics import Figure
-from engine.models import ModelRegistry
+from engine.pipeline.events import EngineError, FinalTranscript
+from engine.runtime.hub import HubStatus
+from engine.pipeline.metrics import Figure
+from engine.runtime.model_registry import ModelRegistry
 from tests.fixtures_sources import Quiet
 from tests.helpers import normalize, speech_with_gap
 
@@ -129,7 +129,7 @@ def test_stop_mid_generation_returns_fast_and_leaves_no_thread(registry, jfk_pat
 
 
 def test_units_come_and_go_and_typed_turns_are_answered(registry):
-    from engine.events import TurnFinished
+    from engine.pipeline.events import TurnFinished
 
     engine = make_engine(registry)
     finished = []

@@ -31,19 +31,19 @@ from engine.audio.health import RETRY_S, STALL_S, DeviceState
 from engine.audio.mic import MicSource
 from engine.audio.speaker import SpeakerSink
 from engine.config import EngineConfig
-from engine.control import TurnControl
-from engine.conversation import REOPENED
+from engine.pipeline.control import TurnControl
+from engine.pipeline.chat_history import REOPENED
 from engine.engine import Engine, EngineState
-from engine.errors import (ModelError, ModelLoadError, ParleyError, describe_failure,
-                           is_out_of_memory, memory_figures)
-from engine.events import (TURN_FAILED, AudioStatus, EngineError, EventHub, FinalTranscript,
-                           TurnCancelled, TurnFinished, UserSpeaking)
-from engine.hub import HubStatus
-from engine.messages import Message, SpeechSegment, TextChunk
-from engine.metrics import Metrics
-from engine.models import ModelRegistry
+from engine.errors import (ModelError, ModelLoadError, ParleyError, describe_failure, is_out_of_memory,
+                           memory_figures)
+from engine.pipeline.events import (TURN_FAILED, AudioStatus, EngineError, EventHub, FinalTranscript,
+                                    TurnCancelled, TurnFinished, UserSpeaking)
+from engine.runtime.hub import HubStatus
+from engine.pipeline.messages import Message, SpeechSegment, TextChunk
+from engine.pipeline.metrics import Metrics
+from engine.runtime.model_registry import ModelRegistry
 from engine.report import turn_dict
-from engine.stage import SourceStage, Stage, StageContext
+from engine.pipeline.stage import SourceStage, Stage, StageContext
 
 try:
     from fixtures_faults import (FakeSoundDevice, FaultyLlm, FaultyModel, FaultyRegistry, FaultyVad,
@@ -52,9 +52,9 @@ try:
     from fixtures_gui import gui_settings, panel_devices  # fixture
     from helpers import normalize, speech_with_gap
 except ImportError:  # tests/ collected as a package
-    from tests.fixtures_faults import (FakeSoundDevice, FaultyLlm, FaultyModel, FaultyRegistry,
-                                       FaultyVad, ctranslate2_oom, cuda_oom, injected,
-                                       install_fake_sound, onnx_oom, parley_threads, wait_for)
+    from tests.fixtures_faults import (FakeSoundDevice, FaultyLlm, FaultyModel, FaultyRegistry, FaultyVad,
+                                       ctranslate2_oom, cuda_oom, injected, install_fake_sound, onnx_oom,
+                                       parley_threads, wait_for)
     from tests.fixtures_gui import gui_settings, panel_devices  # noqa: F401 (fixture)
     from tests.helpers import normalize, speech_with_gap
 
@@ -417,7 +417,7 @@ def test_a_model_that_fails_to_load_is_named_and_another_load_works(registry, on
 
 def test_the_cli_names_a_model_that_fails_to_load(monkeypatch, capsys, one_two_three_path):
     import engine.backends.vad.silero as silero
-    from engine.cli import main
+    from engine.cli.main import main
 
     def fail(request, progress):
         raise RuntimeError("injected fault")

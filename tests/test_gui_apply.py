@@ -24,7 +24,7 @@ from engine.audio.base import PIPELINE_RATE, AudioBlock
 from engine.audio.decode import load_audio
 from engine.audio.file_sink import FileSink
 from engine.config import STAGES, EngineConfig
-from engine.metrics import Figure
+from engine.pipeline.metrics import Figure
 
 try:
     from fixtures_gui import gui_settings  # fixture

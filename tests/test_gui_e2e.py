@@ -189,7 +189,7 @@ def test_conversation_with_real_models_in_the_window(qtbot, gui_settings, jfk_pa
     assert window.shutdown_stuck == []
     assert engine.threads_alive() == [] and _engine_threads() == []
     # Every finished turn of the desktop conversation was stored in the history.
-    from engine.history import HistoryStore
+    from engine.history.store import HistoryStore
 
     store = HistoryStore()  # the test session's PARLEY_DATA_DIR (tests/conftest.py)
     try:

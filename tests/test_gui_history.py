@@ -8,8 +8,8 @@ import json
 import pytest
 
 from app.history_dialog import HistoryDialog
-from engine.history import HistoryStore
-from engine.metrics import Figure, Mark, Metrics
+from engine.history.store import HistoryStore
+from engine.pipeline.metrics import Figure, Mark, Metrics
 
 
 def _record(turn: int, said: str, reply: str):

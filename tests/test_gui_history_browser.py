@@ -13,7 +13,7 @@ from PySide6.QtWidgets import (QAbstractButton, QApplication, QComboBox, QLineEd
                                QTextBrowser)
 
 from app.history_dialog import HistoryDialog, search_query
-from engine.history import HistoryStore, utc_iso
+from engine.history.store import HistoryStore, utc_iso
 from tests.test_gui_history import _record
 
 INTERACTIVE = (QAbstractButton, QLineEdit, QComboBox, QListWidget, QTextBrowser)

@@ -19,8 +19,8 @@ from app.meters import LevelMeter, MetersPanel
 from app.ptt import PushToTalkSource
 from app.status_line import StageStatus, short_model
 from engine.audio.file_source import FileSource
-from engine.events import (EngineError, FinalTranscript, PartialTranscript, ReplyText,
-                           TurnCancelled, TurnFinished, UserSpeaking)
+from engine.pipeline.events import (EngineError, FinalTranscript, PartialTranscript, ReplyText, TurnCancelled,
+                                    TurnFinished, UserSpeaking)
 
 try:
     from fixtures_gui import recorded_metrics, snapshot_from
@@ -172,7 +172,7 @@ def test_push_to_talk_passes_speech_only_while_the_key_is_held(jfk_path):
 
 def test_lock_meter_reads_a_real_mlx_lock(qtbot):
     from app.meters import LockMeter
-    from engine.mlx_lock import MlxLock
+    from engine.runtime.mlx_lock import MlxLock
 
     lock = MlxLock(window_s=5.0)
     meter = LockMeter()

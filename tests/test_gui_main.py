@@ -135,7 +135,7 @@ def test_closing_while_models_load_ends_the_process(tmp_path):
 
 
 def test_engine_errors_show_in_the_banner(qtbot, gui_settings):
-    from engine.events import EngineError
+    from engine.pipeline.events import EngineError
 
     window = MainWindow(EngineConfig(), gui_settings, autoload=False)
     qtbot.addWidget(window)

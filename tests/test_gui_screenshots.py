@@ -18,7 +18,7 @@ from app.main_window import MainWindow
 from engine.audio.file_sink import FileSink
 from engine.audio.file_source import FileSource
 from engine.config import EngineConfig
-from engine.history import HistoryStore
+from engine.history.store import HistoryStore
 
 try:
     from fixtures_gui import gui_settings

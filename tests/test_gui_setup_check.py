@@ -7,19 +7,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QAbstractButton, QComboBox, QDialog, QLineEdit, QMainWindow,
-                               QMenu, QWidget)
+from PySide6.QtWidgets import (QAbstractButton, QComboBox, QDialog, QLineEdit, QMainWindow, QMenu, QWidget)
 
 from app.bridge import EventBridge
 from app.controller import EngineController
 from app.settings import ui_value
-from app.setup_check import (FIRST_RUN_KEY, SetupCheckDialog, first_run_due, install,
-                             open_setup_check)
+from app.setup_check import (FIRST_RUN_KEY, SetupCheckDialog, first_run_due, install, open_setup_check)
 from engine.audio.file_sink import FileSink
 from engine.audio.file_source import FileSource
 from engine.config import EngineConfig
 from engine.errors import ConfigError
-from engine.models import ModelRegistry
+from engine.runtime.model_registry import ModelRegistry
 
 try:
     from fixtures_faults import install_fake_sound, parley_threads

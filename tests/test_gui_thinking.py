@@ -17,8 +17,8 @@ from app.conversation_view import ConversationView
 from app.main_window import MainWindow
 from app.stop_talking import playing_turn, reply_playing
 from engine.config import EngineConfig
-from engine.events import FinalTranscript, ReplyText, TurnCancelled, UserSpeaking
-from engine.metrics import Figure, Mark, Metrics
+from engine.pipeline.events import FinalTranscript, ReplyText, TurnCancelled, UserSpeaking
+from engine.pipeline.metrics import Figure, Mark, Metrics
 
 try:
     from fixtures_gui import gui_settings, snapshot_from  # fixture

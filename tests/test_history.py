@@ -1,7 +1,7 @@
-"""engine.history: the conversation store, its search and export, damaged databases moved
+"""engine.history.store: the conversation store, its search and export, damaged databases moved
 aside, and the recorder that stores each finished turn off the stage thread.
 
-Records are real ``TurnRecord``s made by ``engine.metrics.Metrics``; every database lives
+Records are real ``TurnRecord``s made by ``engine.pipeline.metrics.Metrics``; every database lives
 in a temporary folder.
 """
 
@@ -15,10 +15,10 @@ from datetime import date, datetime, timedelta
 
 import pytest
 
-from engine import history
-from engine.events import EventHub, TurnCancelled, TurnFinished
-from engine.history import HistoryError, HistoryRecorder, HistoryStore, record_history
-from engine.metrics import Figure, Mark, Metrics
+from engine.history import store as history
+from engine.pipeline.events import EventHub, TurnCancelled, TurnFinished
+from engine.history.store import HistoryError, HistoryRecorder, HistoryStore, record_history
+from engine.pipeline.metrics import Figure, Mark, Metrics
 from engine.report import turn_dict
 
 PLACEMENTS = [{"stage": "stt", "backend": "faster-whisper", "model": "tiny.en", "device": "cpu",

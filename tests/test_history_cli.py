@@ -2,7 +2,7 @@
 
 The kill tests run a child interpreter (``child_main`` below) that does what
 ``parley-cli converse`` does with the history: the real offline pipeline on a recording,
-every finished turn recorded by ``engine.history.record_history``. The child prints
+every finished turn recorded by ``engine.history.store.record_history``. The child prints
 ``speaking <turn>`` at each speech start and ``finished <turn>`` once a turn's
 transaction committed (``on_stored``); the parent kills it between turns and in the
 middle of one, then checks that the database opens cleanly and holds every turn that
@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.cli_history import add_history_parser, run_history
-from engine.history import HistoryStore
-from engine.metrics import Figure, Metrics
+from engine.cli.history import add_history_parser, run_history
+from engine.history.store import HistoryStore
+from engine.pipeline.metrics import Figure, Metrics
 from tests.helpers import run_cli
 from tests.test_history import PLACEMENTS, fill, make_turn
 
@@ -203,7 +203,7 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path):
     with HistoryStore(path) as store:
         for i in range(3000):
             store.start_conversation(f"source {i}")
-    script = ("import sys; from tests.test_history_cli import parse; from engine.cli_history import "
+    script = ("import sys; from tests.test_history_cli import parse; from engine.cli.history import "
               "run_history; sys.exit(run_history(parse('list', '--limit', '3000', '--db', sys.argv[1])))")
     proc = subprocess.Popen([sys.executable, "-c", script, str(path)], cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -219,7 +219,7 @@ def _wired(module: str, name: str) -> bool:
 
 
 @pytest.mark.skipif(not _wired("cli.py", "add_history_parser"),
-                    reason="`parley-cli history` is not wired into engine/cli.py yet")
+                    reason="`parley-cli history` is not wired into engine/cli/main.py yet")
 def test_parley_cli_history_list_in_a_fresh_interpreter(db):
     result = run_cli("history", "list", "--db", str(db), "--json")
     assert result.returncode == 0, result.stderr
@@ -272,8 +272,8 @@ def child_main(argv: list[str]) -> None:
 def _child_pipeline(db: str, wav: str, realtime: bool) -> None:
     from engine.audio.decode import load_audio
     from engine.config import EngineConfig
-    from engine.events import UserSpeaking
-    from engine.history import record_history
+    from engine.pipeline.events import UserSpeaking
+    from engine.history.store import record_history
     from engine.recording import load_engine, run_recording
 
     engine = load_engine(EngineConfig().with_overrides({"turns.barge_in": "off"}))
@@ -292,8 +292,8 @@ def _child_pipeline(db: str, wav: str, realtime: bool) -> None:
 
 
 def _child_stress(db: str) -> None:
-    from engine.events import EventHub, TurnFinished
-    from engine.history import HistoryRecorder
+    from engine.pipeline.events import EventHub, TurnFinished
+    from engine.history.store import HistoryRecorder
 
     hub, metrics = EventHub(), Metrics()
     store = HistoryStore(db)

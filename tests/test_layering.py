@@ -1,8 +1,8 @@
 """The layering the README promises, read from the source with ``ast`` (nothing is imported).
 
 - ``engine`` is headless: it never imports ``app``, PySide6 or any other Qt module.
-- ``app`` uses the engine's API, never its command line (``engine.cli``, ``engine.cli_*``).
-- ``engine.cli`` is the command line's entry point: it imports the subcommand modules and
+- ``app`` uses the engine's API, never its command line (``engine.cli`` and its modules).
+- ``engine.cli.main`` is the command line's entry point: it imports the subcommand modules and
   nothing imports it back.
 - No import cycle among ``engine.*`` and ``app.*`` modules at module level.
 
@@ -100,7 +100,7 @@ def _top(dotted: str) -> str:
 
 
 def _is_cli(dotted: str) -> bool:
-    return dotted == "engine.cli" or dotted.startswith("engine.cli_")
+    return dotted == "engine.cli" or dotted.startswith("engine.cli.")
 
 
 def _where(imp: Import) -> str:
@@ -156,9 +156,9 @@ def module_level_graph(imports: list[Import], known: set[str]) -> dict[str, set[
 def test_the_parser_sees_imports_at_every_level(all_imports):
     # Known facts of this tree: if the parser lost a kind of import, these would go.
     edges = {(i.importer, i.target, i.lazy) for i in all_imports}
-    assert ("engine.cli_converse", "engine.recording", False) in edges
+    assert ("engine.cli.converse", "engine.recording", False) in edges
     assert ("app.selftest", "engine.recording", True) in edges  # inside _run()
-    assert ("engine.cli", "engine.cli_converse", True) in edges  # dispatch in main()
+    assert ("engine.cli.main", "engine.cli.converse", True) in edges  # dispatch in main()
     assert any(i.importer.startswith("app.") and _top(i.target) == "PySide6" for i in all_imports)
 
 
@@ -192,8 +192,10 @@ def test_app_never_imports_the_command_line(all_imports):
 def test_only_the_command_line_imports_it_and_nothing_imports_its_entry_point(all_imports):
     outside = [_where(i) for i in all_imports if _is_cli(i.target) and not _is_cli(i.importer)]
     assert outside == [], "only engine.cli* may import engine.cli*:\n" + "\n".join(outside)
-    back = [_where(i) for i in all_imports if i.target == "engine.cli" and i.importer != "engine.cli"]
-    assert back == [], "engine.cli imports its subcommands, never the other way round:\n" + "\n".join(back)
+    back = [_where(i) for i in all_imports
+            if i.target == "engine.cli.main" and i.importer not in ("engine.cli.main", "engine.cli.__main__")]
+    assert back == [], ("engine.cli.main imports its subcommands, never the other way round:\n"
+                        + "\n".join(back))
 
 
 def test_no_module_level_import_cycles(all_imports):
@@ -202,7 +204,7 @@ def test_no_module_level_import_cycles(all_imports):
     assert cycles == [], "module-level import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
 
 
-@pytest.mark.parametrize("module", ["engine/recording.py", "engine/stats.py"])
+@pytest.mark.parametrize("module", ["engine/recording.py", "engine/runtime/stats.py"])
 def test_shared_routines_never_print(module):
     # The CLI and the self-test share engine.recording; each decides what to show, and where.
     tree = ast.parse((ROOT / module).read_text(encoding="utf-8"))

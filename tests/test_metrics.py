@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.metrics import Figure, Mark, Metrics, TurnRecord, UndeclaredError, Unit
+from engine.pipeline.metrics import Figure, Mark, Metrics, TurnRecord, UndeclaredError, Unit
 from engine.report import BENCH_FIGURES, bench_summary, format_bench, turn_dict
 
 REPORT_KEYS = ["turn_id", "transcript", "reply", "cancelled", "timeline", "voice_to_voice_s",

@@ -13,14 +13,13 @@ import time
 import numpy as np
 import pytest
 
-from engine.audio.health import (INVALID_LIMIT, STALL_S, DeviceState, HealthLog, SampleGuard,
-                                 count_invalid)
+from engine.audio.health import (INVALID_LIMIT, STALL_S, DeviceState, HealthLog, SampleGuard, count_invalid)
 from engine.audio.mic import MicSource
 from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.events import AudioStatus, EngineError, UserSpeaking
-from engine.hub import HubStatus
-from engine.models import ModelRegistry
+from engine.pipeline.events import AudioStatus, EngineError, UserSpeaking
+from engine.runtime.hub import HubStatus
+from engine.runtime.model_registry import ModelRegistry
 
 try:
     from fixtures_faults import FakeSoundDevice, install_fake_sound, parley_threads, wait_for

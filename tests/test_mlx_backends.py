@@ -14,12 +14,12 @@ import pytest
 from engine.backends import BackendRegistry, mlx_guard
 from engine.backends.base import LlmStep, LoadRequest, SttResult, no_progress
 from engine.config import STAGES, EngineConfig, LlmConfig, SttConfig
-from engine.devices import CPU
+from engine.runtime.devices import CPU
 from engine.errors import ConfigError, DeviceError, MissingDependencyError, ModelError
-from engine.mlx_lock import MlxLock
+from engine.runtime.mlx_lock import MlxLock
 from fixtures_llm import options
-from fixtures_mlx import (MLX, QUESTION, jfk_16k, mlx_llm, mlx_lock_traced,  # noqa: F401
-                                mlx_stt, parley_cache_dir, smollm2_gguf, tiny_mlx_whisper_dir)
+from fixtures_mlx import (MLX, QUESTION, jfk_16k, mlx_llm, mlx_lock_traced, mlx_stt, parley_cache_dir,  # noqa: F401
+                          smollm2_gguf, tiny_mlx_whisper_dir)
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +45,7 @@ def test_mlx_whisper_transcribes_real_speech_inside_the_lock(mlx_stt, mlx_lock_t
 
 
 def test_mlx_whisper_load_uses_the_process_lock(tiny_mlx_whisper_dir):
-    from engine import mlx_lock
+    from engine.runtime import mlx_lock
     from engine.backends.stt import mlx_whisper
 
     mine = MlxLock()
@@ -142,7 +142,7 @@ def test_mlx_lm_errors_name_the_folder(tmp_path):
 
 # ---------------------------------------------------------------------- placement
 def test_mlx_device_without_mlx_installed_gives_the_pip_command(monkeypatch):
-    from engine.placement import resolve_placements
+    from engine.runtime.placement import resolve_placements
 
     real_find_spec = importlib.util.find_spec
     hidden = {"mlx", "mlx_whisper", "mlx_lm"}

@@ -11,10 +11,10 @@ import timeit
 
 import pytest
 
-from engine import mlx_lock
+from engine.runtime import mlx_lock
 from engine.backends import mlx_guard
 from engine.errors import ParleyError
-from engine.mlx_lock import MlxLock, MlxLockTimeout
+from engine.runtime.mlx_lock import MlxLock, MlxLockTimeout
 
 
 class FakeClock:
@@ -128,7 +128,7 @@ def test_timeout_error_names_the_holder_and_how_long():
 def test_slow_holds_warn_once_per_interval_aggregated(caplog):
     clock = FakeClock()
     lock = MlxLock(clock=clock, slow_hold_s=0.1, warn_interval_s=10.0)
-    caplog.set_level(logging.WARNING, logger="engine.mlx_lock")
+    caplog.set_level(logging.WARNING, logger="engine.runtime.mlx_lock")
     for i, seconds in enumerate((0.5, 0.2, 0.9, 0.3, 0.05)):
         with lock.hold("llm", unit=i % 2):
             clock.now += seconds
@@ -148,7 +148,7 @@ def test_slow_holds_warn_once_per_interval_aggregated(caplog):
 
 def test_slow_wait_is_logged_after_release(caplog):
     lock = MlxLock(slow_wait_s=0.1, warn_interval_s=10.0)
-    caplog.set_level(logging.WARNING, logger="engine.mlx_lock")
+    caplog.set_level(logging.WARNING, logger="engine.runtime.mlx_lock")
     taken = threading.Event()
 
     def hog():

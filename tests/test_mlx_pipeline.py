@@ -9,9 +9,9 @@ from engine.audio.file_sink import FileSink
 from engine.audio.file_source import FileSource
 from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.events import EngineError
-from engine.hub import HubStatus
-from engine.mlx_lock import get_mlx_lock
+from engine.pipeline.events import EngineError
+from engine.runtime.hub import HubStatus
+from engine.runtime.mlx_lock import get_mlx_lock
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("mlx.core")

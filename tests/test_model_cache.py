@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.model_cache import (BUNDLED, HUB, PARLEY, ModelCacheError, ModelInUseError,
-                                ModelUse, engine_uses, remove_model, scan_models, uses_of)
+from engine.runtime.model_cache import (BUNDLED, HUB, PARLEY, ModelCacheError, ModelInUseError, ModelUse,
+                                        engine_uses, remove_model, scan_models, uses_of)
 
 REV = "a" * 40  # the same in every fake repo: removing one must not touch another
 
@@ -108,7 +108,7 @@ def test_unknown_names_and_bundled_models_are_refused(caches):
     scan = scan_models(bundled=False)
     with pytest.raises(ModelCacheError, match="no cached model 'org/missing'"):
         scan.find("org/missing")
-    from engine.model_cache import CachedModel
+    from engine.runtime.model_cache import CachedModel
 
     bundled = CachedModel("silero_vad/x.onnx", BUNDLED, caches["gguf"], 10, source="silero_vad")
     with pytest.raises(ModelCacheError, match="pip uninstall"):
@@ -132,7 +132,7 @@ def test_bundled_models_are_listed_read_only(tmp_path, monkeypatch):
 
 
 def test_cli_models_list_json_and_remove(caches, capsys):
-    from engine.cli import main
+    from engine.cli.main import main
 
     assert main(["models", "list", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -4,9 +4,9 @@ import dataclasses
 import threading
 
 from engine.config import EngineConfig
-from engine.hub import HubStatus
-from engine.models import ModelRegistry
-from engine.placement import resolve_placements
+from engine.runtime.hub import HubStatus
+from engine.runtime.model_registry import ModelRegistry
+from engine.runtime.placement import resolve_placements
 
 
 def _vad_placement():

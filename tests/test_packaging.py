@@ -268,8 +268,8 @@ def test_download_patterns_match_what_the_backends_fetch():
 def test_offline_notice_names_the_bundled_models():
     from app.first_run import hub_downloads, offline_notice
     from engine.config import EngineConfig
-    from engine.hub import HubStatus
-    from engine.placement import resolve_placements
+    from engine.runtime.hub import HubStatus
+    from engine.runtime.placement import resolve_placements
 
     placements = resolve_placements(EngineConfig(device="cpu"), hub=HubStatus(offline=True))
     notice = offline_notice(placements.values())

@@ -4,10 +4,10 @@ import pytest
 
 from engine.backends import BackendRegistry, BackendSpec
 from engine.config import EngineConfig
-from engine.devices import Device, DeviceInfo, discover_devices, parse_device
+from engine.runtime.devices import Device, DeviceInfo, discover_devices, parse_device
 from engine.errors import ConfigError, DeviceError, MissingDependencyError
-from engine.hub import HubStatus
-from engine.placement import resolve_placements
+from engine.runtime.hub import HubStatus
+from engine.runtime.placement import resolve_placements
 
 OFFLINE = HubStatus(offline=True)
 CPU_ONLY = [DeviceInfo(Device("cpu"), "CPU", True),
@@ -87,7 +87,7 @@ def test_missing_optional_package_gives_the_pip_command():
                     ("mlx_whisper_not_installed_here",), "mlx", ("mlx",)),
     ))
     config = EngineConfig().with_overrides({"stt.device": "mlx"})
-    from engine.placement import _Resolver
+    from engine.runtime.placement import _Resolver
 
     with pytest.raises(MissingDependencyError) as info:
         _Resolver(config, CPU_ONLY, registry, OFFLINE).resolve("stt")
@@ -104,7 +104,7 @@ def _mac_devices(monkeypatch):
 
 
 def test_apple_silicon_auto_picks_mlx_stages_and_kokoro_on_mps(monkeypatch, tmp_path):
-    import engine.placement as placement_module
+    import engine.runtime.placement as placement_module
 
     monkeypatch.setattr(placement_module, "is_apple_silicon", lambda: True)
     # The hub defaults are in the local Hugging Face cache (as after a first run).

@@ -1,4 +1,4 @@
-"""Playback (engine/playback.py): held, committed and cut reply audio; and the SinkStage.
+"""Playback (engine/pipeline/playback.py): held, committed and cut reply audio; and the SinkStage.
 
 Chunks carry their index as every sample's value, so the order in which a sink played
 them can be read back from the audio.
@@ -14,12 +14,12 @@ import pytest
 
 from engine.audio.file_sink import FileSink
 from engine.config import EngineConfig
-from engine.control import TurnControl
-from engine.events import EngineError, EventHub, TurnFinished
-from engine.messages import AudioOut, EndOfStream
-from engine.metrics import Mark, Metrics
-from engine.playback import Playback
-from engine.stage import StageContext
+from engine.pipeline.control import TurnControl
+from engine.pipeline.events import EngineError, EventHub, TurnFinished
+from engine.pipeline.messages import AudioOut, EndOfStream
+from engine.pipeline.metrics import Mark, Metrics
+from engine.pipeline.playback import Playback
+from engine.pipeline.stage import StageContext
 from engine.stages.sink_stage import SinkStage
 
 RATE = 16000

@@ -16,7 +16,7 @@ import pytest
 
 from engine import recording
 from engine.config import EngineConfig
-from engine.events import EngineError, FinalTranscript, ReplyText
+from engine.pipeline.events import EngineError, FinalTranscript, ReplyText
 
 
 class FakeEngine:

@@ -21,8 +21,8 @@ import soundfile as sf
 from engine.audio.decode import load_audio
 from engine.config import EngineConfig
 from engine.errors import DeviceError
-from engine.metrics import Figure
-from engine.models import ModelRegistry
+from engine.pipeline.metrics import Figure
+from engine.runtime.model_registry import ModelRegistry
 from engine.recording import load_engine, run_recording
 from fixtures_llm import llm_cache_dir, smollm2_conversion, smollm2_gguf  # noqa: F401 (fixtures)
 from tests.fixtures_remote import FaultProxy, new_threads, thread_names, wait_http

@@ -22,10 +22,10 @@ from engine.audio.decode import load_audio
 from engine.backends.base import GenerationOptions, LoadRequest
 from engine.backends.remote import RemoteError
 from engine.config import EngineConfig, LlmConfig
-from engine.devices import Device, discover_remote
+from engine.runtime.devices import Device, discover_remote
 from engine.errors import DeviceError, ModelError
-from engine.metrics import Figure
-from engine.models import ModelRegistry
+from engine.pipeline.metrics import Figure
+from engine.runtime.model_registry import ModelRegistry
 from engine.recording import load_engine, run_recording
 from engine.report import placement_dict, turn_dict
 from fixtures_llm import llm_cache_dir, smollm2_conversion, smollm2_gguf  # noqa: F401 (fixtures)
@@ -375,7 +375,7 @@ def test_barge_in_closes_the_stream(mlx, proxy, clean):
 # ---------------------------------------------------------------------- the settings panel
 def test_the_settings_panel_lists_the_server_as_a_device(mlx, qtbot, clean):
     from app.settings_panel import SettingsPanel
-    from engine.devices import discover_devices
+    from engine.runtime.devices import discover_devices
 
     closed = f"http://127.0.0.1:{free_port()}/v1"
     config = EngineConfig().with_overrides({"llm.base_url": mlx.url, "llm.model": mlx.model,

@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from engine.cli import build_parser, main
+from engine.cli.main import build_parser, main
 from engine.errors import ConfigError, MissingDependencyError, ParleyError
 from engine.server import require_aiohttp
-from engine.server.cli import settings_from_args
+from engine.cli.serve import settings_from_args
 from engine.server.runner import ServerThread
-from engine.server.settings import ServerSettings
+from engine.server.server_settings import ServerSettings
 from tests.fixtures_server import free_port
 from tests.helpers import run_cli
 

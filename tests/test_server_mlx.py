@@ -10,9 +10,9 @@ from websockets.asyncio.client import connect
 
 from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.hub import HubStatus
+from engine.runtime.hub import HubStatus
 from engine.server.runner import ServerThread
-from engine.server.settings import ServerSettings
+from engine.server.server_settings import ServerSettings
 from tests.fixtures_server import recv_json
 
 pytestmark = pytest.mark.slow

@@ -12,12 +12,12 @@ import pytest
 from engine.audio.base import InputMarker
 from engine.config import BargeIn, EndOfTurn, EngineConfig
 from engine.errors import ConfigError
-from engine.events import (EngineError, FinalTranscript, PartialTranscript, ReplyText, TurnCancelled,
-                           TurnFinished, UserSpeaking)
-from engine.metrics import Figure, Mark, TurnRecord
+from engine.pipeline.events import (EngineError, FinalTranscript, PartialTranscript, ReplyText, TurnCancelled,
+                                    TurnFinished, UserSpeaking)
+from engine.pipeline.metrics import Figure, Mark, TurnRecord
 from engine.server.limits import TokenBucket
 from engine.server.protocol import RealtimeSession
-from engine.server.settings import ServerSettings
+from engine.server.server_settings import ServerSettings
 from engine.server.stream_audio import StreamSource, float_to_pcm16
 from tests.fixtures_server import text_item
 

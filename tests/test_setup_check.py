@@ -14,11 +14,11 @@ from engine.audio.file_sink import FileSink
 from engine.audio.file_source import FileSource
 from engine.audio.speaker import SpeakerSink
 from engine.config import EngineConfig
-from engine.hub import HubStatus
-from engine.models import ModelRegistry
-from engine.placement import resolve_placements
-from engine.setup_check import (MIC_STAGES, SPEAKER_STAGES, MicCheck, SpeakerCheck, dbfs,
-                                missing_models)
+from engine.runtime.hub import HubStatus
+from engine.runtime.model_registry import ModelRegistry
+from engine.runtime.placement import resolve_placements
+from engine.audio.device_check import (MIC_STAGES, SPEAKER_STAGES, MicCheck, SpeakerCheck, dbfs,
+                                       missing_models)
 
 try:
     from fixtures_faults import install_fake_sound, parley_threads

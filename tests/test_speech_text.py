@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.chunker import ClauseChunker
-from engine.speech_text import speakable
+from engine.stages.chunker import ClauseChunker
+from engine.stages.speech_text import speakable
 
 
 def test_the_regression_keeps_snake_case_and_multiplication():

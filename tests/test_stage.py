@@ -1,4 +1,4 @@
-"""The stage machinery (engine/stage.py) with tiny stages and no models.
+"""The stage machinery (engine/pipeline/stage.py) with tiny stages and no models.
 
 A ``Stage`` that doubles numbers feeds a collecting stage; a ``SourceStage`` reads an
 in-memory audio source. Every test stops its stages (``ctx.stopping``) and joins them.
@@ -17,12 +17,12 @@ import pytest
 
 from engine.audio.base import PIPELINE_RATE, AudioBlock
 from engine.config import EngineConfig
-from engine.control import TurnControl
+from engine.pipeline.control import TurnControl
 from engine.errors import ModelError
-from engine.events import EngineError, EventHub
-from engine.messages import EndOfStream, Message
-from engine.metrics import Metrics
-from engine.stage import SourceStage, Stage, StageContext
+from engine.pipeline.events import EngineError, EventHub
+from engine.pipeline.messages import EndOfStream, Message
+from engine.pipeline.metrics import Metrics
+from engine.pipeline.stage import SourceStage, Stage, StageContext
 
 WAIT_S = 5.0  # upper bound for anything that should happen promptly
 

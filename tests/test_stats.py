@@ -1,12 +1,12 @@
-"""engine.stats.percentile, the one percentile of the metrics, the reports and the MLX lock."""
+"""engine.runtime.stats.percentile, the one percentile of the metrics, the reports and the MLX lock."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from engine.mlx_lock import MlxLock
-from engine.stats import percentile
+from engine.runtime.mlx_lock import MlxLock
+from engine.runtime.stats import percentile
 
 
 def test_percentile_interpolates_between_ranks():

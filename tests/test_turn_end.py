@@ -16,10 +16,10 @@ from engine.audio.file_source import FileSource
 from engine.config import EndOfTurn, EngineConfig
 from engine.engine import Engine
 from engine.errors import MissingDependencyError, ModelError
-from engine.hub import HubStatus
-from engine.metrics import Figure, Mark
-from engine.models import ModelRegistry
-from engine.turn_end.board import AudioScorer, TurnEndBoard, TurnScores
+from engine.runtime.hub import HubStatus
+from engine.pipeline.metrics import Figure, Mark
+from engine.runtime.model_registry import ModelRegistry
+from engine.stages.end_of_turn.board import AudioScorer, TurnEndBoard, TurnScores
 from tests.helpers import normalize
 
 # ------------------------------------------------------------------ the pieces
@@ -66,7 +66,7 @@ def test_audio_scorer_scores_the_newest_request_on_its_own_thread():
 
 @pytest.fixture(scope="module")
 def smart_turn():
-    from engine.turn_end.smart_turn import SmartTurn
+    from engine.stages.end_of_turn.smart_turn import SmartTurn
 
     return SmartTurn()
 
@@ -88,7 +88,7 @@ def test_the_audio_model_alone_calls_jfks_first_pause_complete(smart_turn, jfk):
 def test_missing_package_gives_the_pip_command(monkeypatch):
     import importlib.util
 
-    from engine.turn_end import smart_turn
+    from engine.stages.end_of_turn import smart_turn
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
@@ -98,7 +98,7 @@ def test_missing_package_gives_the_pip_command(monkeypatch):
 
 
 def test_a_model_file_that_fails_to_load_is_named(tmp_path):
-    from engine.turn_end.smart_turn import SmartTurn, model_files
+    from engine.stages.end_of_turn.smart_turn import SmartTurn, model_files
 
     broken = tmp_path / "smart-turn.onnx"
     broken.write_bytes(b"not an onnx model")
@@ -154,7 +154,7 @@ def test_jfk_is_one_turn_committed_early_and_its_first_pause_is_not(registry, jf
 @pytest.mark.slow
 def test_silence_mode_and_a_missing_model_wait_for_the_grace(registry, one_two_three_path,
                                                              monkeypatch):
-    from engine.turn_end import smart_turn
+    from engine.stages.end_of_turn import smart_turn
 
     monkeypatch.setattr(smart_turn, "model_files", lambda: (_ for _ in ()).throw(
         MissingDependencyError("learned end-of-turn detection (Smart Turn)", "pipecat-ai", "",

@@ -13,11 +13,10 @@ from engine.audio.file_sink import FileSink
 from engine.audio.file_source import FileSource
 from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.events import (EngineError, FinalTranscript, PartialTranscript, ReplyText,
-                           TurnCancelled)
-from engine.hub import HubStatus
-from engine.metrics import Figure
-from engine.models import ModelRegistry
+from engine.pipeline.events import (EngineError, FinalTranscript, PartialTranscript, ReplyText, TurnCancelled)
+from engine.runtime.hub import HubStatus
+from engine.pipeline.metrics import Figure
+from engine.runtime.model_registry import ModelRegistry
 from tests.helpers import normalize
 
 pytestmark = pytest.mark.slow

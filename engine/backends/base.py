@@ -17,7 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.devices import Device
+from engine.runtime.devices import Device
 
 #: progress(fraction 0..1 or None when unknown, text) — for long loads and conversions.
 Progress = Callable[[float | None, str], None]

@@ -27,8 +27,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from engine.errors import ConfigError, ParleyError
-from engine import mlx_lock
-from engine.mlx_lock import MlxLock
+from engine.runtime import mlx_lock
+from engine.runtime.mlx_lock import MlxLock
 
 ENV = "PARLEY_MLX_GUARD"
 _FUNCTIONS = ("eval", "async_eval", "save", "savez", "savez_compressed", "save_safetensors",

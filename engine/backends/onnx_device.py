@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.devices import Device
+from engine.runtime.devices import Device
 from engine.errors import DeviceError
 
 

@@ -526,7 +526,7 @@ def probe_stage(stage: str, options, timeout_s: float = PROBE_TIMEOUT_S) -> tupl
 def discover_endpoints(config, timeout_s: float = PROBE_TIMEOUT_S) -> list:
     """One ``remote`` DeviceInfo per stage of ``config`` whose ``base_url`` is set, the
     stages' endpoints probed in parallel (``timeout_s`` at most)."""
-    from engine.devices import Device, DeviceInfo
+    from engine.runtime.devices import Device, DeviceInfo
 
     stages = [s for s in REMOTE_STAGES if getattr(config.stage_config(s), "base_url", "").strip()]
     endpoints: dict[str, Endpoint] = {}

@@ -1,6 +1,6 @@
 """Realtime mode: Parley's pipeline units served over the OpenAI Realtime API.
 
-``parley-cli serve`` (``engine.server.cli``) loads one engine and lends its N pipeline
+``parley-cli serve`` (``engine.cli.serve``) loads one engine and lends its N pipeline
 units to WebSocket clients (``/v1/realtime``), one unit per connection
 (``engine.server.pool``). ``engine.server.protocol`` speaks the Realtime protocol and
 knows nothing of HTTP; ``engine.server.app`` is the aiohttp application around it (auth,

@@ -25,12 +25,12 @@ from concurrent.futures import Executor
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from engine.engine import Engine
-from engine.events import Event
+from engine.pipeline.events import Event
 from engine.recording import uses_bundled_stack
 from engine.report import placement_dict
 from engine.server.pool import UnitPool
 from engine.server.protocol import RealtimeSession
-from engine.server.settings import ServerSettings
+from engine.server.server_settings import ServerSettings
 from engine.server.stream_audio import StreamSink, StreamSource
 
 log = logging.getLogger("parley.server")

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from engine.audio.base import AudioSink, AudioSource
 from engine.engine import Engine
-from engine.metrics import Mark, TurnRecord
-from engine.mlx_lock import get_mlx_lock
-from engine.pipeline import PipelineUnit
+from engine.pipeline.metrics import Mark, TurnRecord
+from engine.runtime.mlx_lock import get_mlx_lock
+from engine.pipeline.unit import PipelineUnit
 
 log = logging.getLogger("parley.server")
 
@@ -161,7 +161,7 @@ def current_stage(turn: TurnRecord | None, playing: bool) -> str | None:
 
 
 def lock_status(lock) -> dict:
-    """The figures of an instrumented lock (``engine.mlx_lock.MlxLock``), for JSON."""
+    """The figures of an instrumented lock (``engine.runtime.mlx_lock.MlxLock``), for JSON."""
     snap = lock.snapshot()
     return {"acquisitions": snap.acquisitions, "contended": snap.contended,
             "wait_total_s": round(snap.wait_total, 6), "wait_p95_s": round(snap.wait_p95, 6),

@@ -34,14 +34,14 @@ from typing import Any, Protocol
 from engine.audio.base import InputMarker
 from engine.config import EndOfTurn, EngineConfig
 from engine.errors import ConfigError
-from engine.events import (EngineError, Event, FinalTranscript, PartialTranscript, ReplyText,
-                           TurnCancelled, TurnFinished, UserSpeaking)
-from engine.metrics import Figure, Mark
+from engine.pipeline.events import (EngineError, Event, FinalTranscript, PartialTranscript, ReplyText,
+                                    TurnCancelled, TurnFinished, UserSpeaking)
+from engine.pipeline.metrics import Figure, Mark
 from engine.report import figure_json, turn_dict
 from engine.server import wire
 from engine.server.limits import TokenBucket
 from engine.server.responses import Response, Responses
-from engine.server.settings import ServerSettings
+from engine.server.server_settings import ServerSettings
 from engine.server.validation import INVALID_VALUE, ClientError, expect, session_change, user_text
 
 log = logging.getLogger("parley.server")

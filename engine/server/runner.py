@@ -21,7 +21,7 @@ from engine.engine import Engine
 from engine.errors import ParleyError
 from engine.server.app import RealtimeApp
 from engine.server.pool import UnitPool
-from engine.server.settings import ServerSettings
+from engine.server.server_settings import ServerSettings
 
 log = logging.getLogger("parley.server")
 

@@ -8,13 +8,13 @@ import time
 from collections.abc import Iterator
 
 from engine.backends.base import GenerationOptions
-from engine.chunker import ClauseChunker
+from engine.stages.chunker import ClauseChunker
 from engine.config import EndOfTurn
-from engine.conversation import Conversation
-from engine.events import ReplyText
-from engine.messages import Message, TextChunk, Transcript
-from engine.metrics import Figure, Mark
-from engine.stage import Stage, StageContext
+from engine.pipeline.chat_history import Conversation
+from engine.pipeline.events import ReplyText
+from engine.pipeline.messages import Message, TextChunk, Transcript
+from engine.pipeline.metrics import Figure, Mark
+from engine.pipeline.stage import Stage, StageContext
 
 
 class LlmStage(Stage):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 
-from engine.messages import AudioOut, Message
-from engine.playback import Playback
-from engine.stage import Stage, StageContext
+from engine.pipeline.messages import AudioOut, Message
+from engine.pipeline.playback import Playback
+from engine.pipeline.stage import Stage, StageContext
 
 
 class SinkStage(Stage):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from engine.events import FinalTranscript, PartialTranscript
-from engine.messages import Message, SpeechSegment, Transcript
-from engine.metrics import Figure, Mark
-from engine.stage import Stage, StageContext
+from engine.pipeline.events import FinalTranscript, PartialTranscript
+from engine.pipeline.messages import Message, SpeechSegment, Transcript
+from engine.pipeline.metrics import Figure, Mark
+from engine.pipeline.stage import Stage, StageContext
 from engine.stages.vad_stage import PartialGate
 
 

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from engine.messages import AudioOut, Message, TextChunk
-from engine.metrics import Figure, Mark
-from engine.speech_text import speakable
-from engine.stage import Stage, StageContext
+from engine.pipeline.messages import AudioOut, Message, TextChunk
+from engine.pipeline.metrics import Figure, Mark
+from engine.stages.speech_text import speakable
+from engine.pipeline.stage import Stage, StageContext
 
 
 class TtsStage(Stage):

@@ -24,13 +24,13 @@ from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSource, InputMarke
 from engine.audio.echo import EchoCanceller
 from engine.audio.health import DeviceState, HealthLog, HealthReport, SampleGuard
 from engine.config import BargeIn, EndOfTurn, EngineConfig
-from engine.conversation import BARGE_IN, CLEARED, REOPENED
-from engine.events import TURN_FAILED, AudioStatus, EngineError, TurnCancelled, UserSpeaking
-from engine.messages import Message, SpeechSegment
-from engine.metrics import Figure, Mark
-from engine.playback import Playback
-from engine.stage import SourceStage, StageContext
-from engine.turns import Committed, Partial, Reopened, SegmentEnded, Started, TurnDetector, TurnEvent
+from engine.pipeline.chat_history import BARGE_IN, CLEARED, REOPENED
+from engine.pipeline.events import TURN_FAILED, AudioStatus, EngineError, TurnCancelled, UserSpeaking
+from engine.pipeline.messages import Message, SpeechSegment
+from engine.pipeline.metrics import Figure, Mark
+from engine.pipeline.playback import Playback
+from engine.pipeline.stage import SourceStage, StageContext
+from engine.stages.turns import Committed, Partial, Reopened, SegmentEnded, Started, TurnDetector, TurnEvent
 
 _HEALTH_POLL_S = 0.1  # how often the devices' health is collected
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from engine.backends.base import Progress, no_progress
 from engine.errors import ModelError
-from engine.paths import cache_dir
+from engine.runtime.paths import cache_dir
 
 #: Written last into a converted folder; its presence means the folder is complete.
 SOURCE_FILE = "parley_source.json"

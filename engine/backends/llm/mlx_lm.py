@@ -32,8 +32,8 @@ from engine.backends.llm import check_context, reusable_prefix
 from engine.backends.base import GenerationOptions, LlmStep, LoadRequest, Progress, no_progress
 from engine.backends.llm.sampling import SAMPLING_TOP_K, NgramBlocker
 from engine.errors import ConfigError, DeviceError, MissingDependencyError, ModelError
-from engine.hub import offline as hub_offline
-from engine.mlx_lock import MlxLock, get_mlx_lock, unit_of_current_thread
+from engine.runtime.hub import offline as hub_offline
+from engine.runtime.mlx_lock import MlxLock, get_mlx_lock, unit_of_current_thread
 
 STAGE = "llm"
 HUB_DEFAULT = "mlx-community/Qwen3-4B-Instruct-2507-4bit"

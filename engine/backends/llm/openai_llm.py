@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterator
 
 from engine.backends.base import GenerationOptions, LlmStep, LoadRequest, Progress, no_progress
 from engine.backends.remote import Endpoint, RemoteClient, Retrier
-from engine.devices import Device
+from engine.runtime.devices import Device
 from engine.errors import DeviceError
-from engine.metrics import Figure
+from engine.pipeline.metrics import Figure
 
 
 def load(request: LoadRequest, progress: Progress = no_progress) -> RemoteLlm:

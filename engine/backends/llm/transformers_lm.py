@@ -21,9 +21,9 @@ from engine.backends.llm import check_context, reusable_prefix
 from engine.backends.base import GenerationOptions, LlmStep, LoadRequest, Progress, no_progress
 from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token
 from engine.errors import ConfigError, DeviceError, ModelError
-from engine.hub import offline as hub_offline
-from engine.memory import torch_weights_bytes
-from engine.mlx_lock import model_lock, unit_of_current_thread
+from engine.runtime.hub import offline as hub_offline
+from engine.runtime.memory import torch_weights_bytes
+from engine.runtime.mlx_lock import model_lock, unit_of_current_thread
 
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",

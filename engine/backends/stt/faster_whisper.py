@@ -21,7 +21,7 @@ import numpy as np
 
 from engine.backends.base import LoadRequest, Progress, SttResult
 from engine.errors import AudioInputError, ConfigError, DeviceError, ModelError
-from engine.memory import file_bytes
+from engine.runtime.memory import file_bytes
 
 SAMPLE_RATE = 16000
 _COMPUTE_TYPES = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",

@@ -26,8 +26,8 @@ import numpy as np
 from engine.backends import mlx_guard
 from engine.backends.base import LoadRequest, Progress, SttResult, no_progress
 from engine.errors import AudioInputError, ConfigError, DeviceError, ModelError
-from engine.hub import offline as hub_offline
-from engine.mlx_lock import MlxLock, get_mlx_lock, unit_of_current_thread
+from engine.runtime.hub import offline as hub_offline
+from engine.runtime.mlx_lock import MlxLock, get_mlx_lock, unit_of_current_thread
 
 SAMPLE_RATE = 16000
 STAGE = "stt"

@@ -22,7 +22,7 @@ import numpy as np
 from engine.backends.base import LoadRequest, Progress, SttResult, no_progress
 from engine.backends.remote import Endpoint, RemoteClient, RemoteError, Retrier
 from engine.errors import DeviceError
-from engine.metrics import Figure
+from engine.pipeline.metrics import Figure
 
 SAMPLE_RATE = 16000
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 
 from engine.backends.base import LoadRequest, Progress, SttResult
-from engine.devices import Device
+from engine.runtime.devices import Device
 from engine.errors import AudioInputError, ConfigError, DeviceError, ModelError
-from engine.hub import offline as hub_offline
-from engine.memory import torch_weights_bytes
-from engine.mlx_lock import model_lock, unit_of_current_thread
+from engine.runtime.hub import offline as hub_offline
+from engine.runtime.memory import torch_weights_bytes
+from engine.runtime.mlx_lock import model_lock, unit_of_current_thread
 
 SAMPLE_RATE = 16000
 WINDOW_SECONDS = 30  # Whisper's fixed input window

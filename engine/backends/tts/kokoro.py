@@ -34,11 +34,11 @@ from pathlib import Path
 import numpy as np
 
 from engine.backends.base import LoadRequest, Progress, TtsChunk
-from engine.devices import Device
+from engine.runtime.devices import Device
 from engine.errors import ConfigError, DeviceError, MissingDependencyError, ModelError
-from engine.memory import torch_weights_bytes
-from engine.mlx_lock import model_lock, unit_of_current_thread
-from engine.voices import Voice, VoiceList
+from engine.runtime.memory import torch_weights_bytes
+from engine.runtime.mlx_lock import model_lock, unit_of_current_thread
+from engine.backends.voices import Voice, VoiceList
 
 SAMPLE_RATE = 24000
 DEFAULT_VOICE = "af_heart"

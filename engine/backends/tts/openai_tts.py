@@ -22,8 +22,8 @@ import numpy as np
 from engine.backends.base import LoadRequest, Progress, TtsChunk, no_progress
 from engine.backends.remote import Endpoint, RemoteClient, Retrier
 from engine.errors import ConfigError, DeviceError
-from engine.metrics import Figure
-from engine.voices import Voice, VoiceList
+from engine.pipeline.metrics import Figure
+from engine.backends.voices import Voice, VoiceList
 
 PCM_RATE = 24000  # the API's "pcm": 24 kHz, 16-bit little-endian, mono
 FORMATS = ("pcm", "wav")

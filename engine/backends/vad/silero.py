@@ -18,9 +18,9 @@ import numpy as np
 
 from engine.backends.base import LoadRequest, Progress
 from engine.backends.onnx_device import onnx_actual_device, onnx_providers
-from engine.devices import Device
+from engine.runtime.devices import Device
 from engine.errors import AudioInputError, DeviceError, ModelError
-from engine.memory import file_bytes
+from engine.runtime.memory import file_bytes
 
 SAMPLE_RATE = 16000
 FRAME_SAMPLES = 512  # 32 ms: the only frame size the 16 kHz model accepts

@@ -21,10 +21,10 @@ import time
 from typing import TYPE_CHECKING
 
 from engine.audio.base import AudioSink
-from engine.control import TurnControl
-from engine.events import EventHub, TurnFinished
-from engine.messages import AudioOut
-from engine.metrics import Mark, Metrics
+from engine.pipeline.control import TurnControl
+from engine.pipeline.events import EventHub, TurnFinished
+from engine.pipeline.messages import AudioOut
+from engine.pipeline.metrics import Mark, Metrics
 
 if TYPE_CHECKING:
     from engine.audio.echo import ReferenceTap

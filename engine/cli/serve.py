@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from engine.config import EngineConfig
 from engine.errors import ConfigError
 from engine.server import require_aiohttp
-from engine.server.settings import MIB, ServerSettings, check_address
+from engine.server.server_settings import MIB, ServerSettings, check_address
 
 if TYPE_CHECKING:
     from engine.engine import Engine

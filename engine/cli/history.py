@@ -1,4 +1,4 @@
-"""``parley-cli history``: the stored conversations (``engine.history``) from a terminal.
+"""``parley-cli history``: the stored conversations (``engine.history.store``) from a terminal.
 
 ``list [--day YYYY-MM-DD] [--limit N]``, ``show ID``, ``search QUERY``,
 ``export ID --format md|json [--output FILE]`` and ``delete ID --yes``; each takes
@@ -14,10 +14,10 @@ import os
 import sys
 from pathlib import Path
 
-from engine.cli_output import write_json
+from engine.cli.output import write_json
 from engine.errors import ParleyError
-from engine.history import (EXPORT_FORMATS, Conversation, HistoryError, HistoryStore,
-                            describe_placement, history_path, local_time, parse_day)
+from engine.history.store import (EXPORT_FORMATS, Conversation, HistoryError, HistoryStore,
+                                  describe_placement, history_path, local_time, parse_day)
 
 COMMANDS = ("list", "show", "search", "export", "delete")
 

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.cli_output import write_json
+from engine.cli.output import write_json
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.errors import AudioInputError, NoSpeechError, ParleyError
-from engine.history import HistoryStore, record_history
-from engine.events import EngineError, Event, FinalTranscript, ReplyText
+from engine.history.store import HistoryStore, record_history
+from engine.pipeline.events import EngineError, Event, FinalTranscript, ReplyText
 from engine.recording import load_engine, run_recording, uses_bundled_stack
 from engine.report import bench_summary, format_bench, format_turn, placement_dict, turn_dict
 
@@ -138,7 +138,7 @@ def bench_variants(config: EngineConfig, compare: list[str],
 def run_bench(args: argparse.Namespace, config: EngineConfig) -> int:
     audio = _load_input(args.input)
     variants = bench_variants(config, args.compare, args.variant)
-    from engine.models import ModelRegistry
+    from engine.runtime.model_registry import ModelRegistry
 
     registry = ModelRegistry()  # variants that differ only at run time share models
     engines = []

@@ -9,7 +9,7 @@ imported here only, with the Agg backend: no display is needed.
 from __future__ import annotations
 
 from engine.errors import MissingDependencyError
-from engine.metrics import Figure
+from engine.pipeline.metrics import Figure
 
 STACK = (Figure.SILENCE_WAIT_S, Figure.STT_COMPUTE_S, Figure.LLM_FIRST_CHUNK_COMPUTE_S,
          Figure.TTS_FIRST_COMPUTE_S, Figure.ENGINE_OVERHEAD_S)

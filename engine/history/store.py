@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ParleyError
-from engine.events import Event, TurnCancelled, TurnFinished
-from engine.metrics import TurnRecord
+from engine.pipeline.events import Event, TurnCancelled, TurnFinished
+from engine.pipeline.metrics import TurnRecord
 
 log = logging.getLogger("parley.history")
 
@@ -53,7 +53,7 @@ APPLICATION_ID = 0x50524C59  # "PRLY": marks a Parley history database
 DB_NAME = "history.db"
 EXPORT_FORMATS = ("md", "json")
 _TURN_KEYS = ("turn_id", "transcript", "reply", "cancelled", "timeline")  # turn_dict's non-figures
-_BARGE_IN = "barge-in"  # engine.conversation.BARGE_IN
+_BARGE_IN = "barge-in"  # engine.pipeline.chat_history.BARGE_IN
 
 
 class HistoryError(ParleyError):

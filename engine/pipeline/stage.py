@@ -35,12 +35,12 @@ from typing import Any
 
 from engine.audio.base import AudioBlock, AudioSource
 from engine.config import EngineConfig
-from engine.control import TurnControl, TurnGate
+from engine.pipeline.control import TurnControl, TurnGate
 from engine.errors import ParleyError, describe_failure, is_out_of_memory, release_cached_memory
-from engine.events import TURN_FAILED, EngineError, Event, EventHub, TurnCancelled
-from engine.messages import EndOfStream, Message, SpeechSegment, TextChunk, Transcript
-from engine.metrics import Metrics
-from engine.turn_end.board import TurnEndBoard
+from engine.pipeline.events import TURN_FAILED, EngineError, Event, EventHub, TurnCancelled
+from engine.pipeline.messages import EndOfStream, Message, SpeechSegment, TextChunk, Transcript
+from engine.pipeline.metrics import Metrics
+from engine.stages.end_of_turn.board import TurnEndBoard
 
 log = logging.getLogger("parley.stage")
 

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.config import STAGES, EngineConfig
-from engine.devices import DeviceInfo, discover_devices, parse_device
+from engine.runtime.devices import DeviceInfo, discover_devices, parse_device
 from engine.errors import ConfigError, ParleyError
-from engine.placement import Placement, resolve_placements
+from engine.runtime.placement import Placement, resolve_placements
 
 ALL = "all"
 

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from engine.stats import percentile
+from engine.runtime.stats import percentile
 
 
 class Mark(enum.StrEnum):
@@ -120,7 +120,7 @@ class UndeclaredError(ValueError):
 
 def _check(name: object, kind: type[enum.Enum], what: str) -> None:
     if not isinstance(name, kind):
-        raise UndeclaredError(f"{what} {name!r} is not declared in engine.metrics.{kind.__name__}; "
+        raise UndeclaredError(f"{what} {name!r} is not declared in engine.pipeline.metrics.{kind.__name__}; "
                               f"declared: {', '.join(m.value for m in kind)}")
 
 

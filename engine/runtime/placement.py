@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from engine.backends import BackendRegistry, BackendSpec
 from engine.backends.remote import REMOTE_BACKEND, REMOTE_STAGES, probe_stage
 from engine.config import STAGES, EngineConfig
-from engine.devices import CPU, Device, DeviceInfo, check_placement, discover_devices, parse_device
+from engine.runtime.devices import CPU, Device, DeviceInfo, check_placement, discover_devices, parse_device
 from engine.errors import ConfigError, DeviceError, ModelError
-from engine.hub import HubStatus
+from engine.runtime.hub import HubStatus
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ Two measurements, each against real ``parley-cli serve`` processes on loopback p
   when there is one, after its memory samples). After one warm-up turn, for each run and
   each C of ``--clients``, C clients at once stream ``--input`` (jfk.flac) at real time
   with 1.5 s of silence after it; each client's voice-to-voice is measured on its own
-  clock (``engine.bench_clients``: the first reply audio minus the moment the chunk
+  clock (``engine.bench.clients``: the first reply audio minus the moment the chunk
   holding the last speech sample was sent, the end of speech being where the server's
   VAD put it). p50/p95/min/max per C.
 
@@ -44,10 +44,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.bench_clients import (CHUNK_S, SILENCE_TAIL_S, BenchRunError, TurnResult, Utterance,
+from engine.bench.clients import (CHUNK_S, SILENCE_TAIL_S, BenchRunError, TurnResult, Utterance,
                                   concurrent_turns, get_json)
 from engine.errors import ConfigError, ParleyError
-from engine.stats import percentile
+from engine.runtime.stats import percentile
 
 PROG = "parley-cli bench serve"
 MAX_UNITS = 64  # what ``serve --num-pipelines`` accepts

@@ -8,10 +8,10 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-from engine.cli_output import write_json
+from engine.cli.output import write_json
 from engine.config import EngineConfig
-from engine.devices import discover_devices, discover_remote
-from engine.memory import sample_memory
+from engine.runtime.devices import discover_devices, discover_remote
+from engine.runtime.memory import sample_memory
 
 
 def _gib(n: int | None) -> str:

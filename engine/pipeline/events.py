@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine.metrics import TurnRecord
+from engine.pipeline.metrics import TurnRecord
 
 
 @dataclass(frozen=True, slots=True)

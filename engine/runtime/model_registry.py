@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.backends.base import LoadRequest, Progress, no_progress
-from engine.placement import Placement
+from engine.runtime.placement import Placement
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,8 +5,8 @@ Every config setting has a flag derived from its field (``stt.device`` is
 Progress goes to stderr, so ``--json`` output on stdout stays clean.
 
 This module parses the arguments and dispatches to the subcommand modules
-(``engine.cli_converse``, ``engine.cli_devices``, ``engine.server.cli``); they never import
-it back (what they share lives in ``engine.cli_output``).
+(``engine.cli.converse``, ``engine.cli.devices``, ``engine.cli.serve``); they never import
+it back (what they share lives in ``engine.cli.output``).
 """
 
 from __future__ import annotations
@@ -77,17 +77,17 @@ def build_parser() -> argparse.ArgumentParser:
                             "e.g. --variant stt.device=mlx,stt.model=DIR --variant stt.device=cpu")
     add_config_flags(bench)
 
-    from engine.server.cli import add_serve_arguments  # light: aiohttp loads only to serve
+    from engine.cli.serve import add_serve_arguments  # light: aiohttp loads only to serve
 
     serve = sub.add_parser("serve", help="serve the OpenAI Realtime API over WebSocket "
                                          "(/v1/realtime), one pipeline unit per client")
     add_serve_arguments(serve)
     add_config_flags(serve)
 
-    from engine.cli_history import add_history_parser  # light: sqlite3 only
+    from engine.cli.history import add_history_parser  # light: sqlite3 only
 
     add_history_parser(sub)
-    from engine.cli_models import add_models_parser  # light: huggingface_hub loads to scan
+    from engine.cli.models import add_models_parser  # light: huggingface_hub loads to scan
 
     add_models_parser(sub)
     return parser
@@ -97,15 +97,15 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``parley-cli``; returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:2] == ["bench", "soak"]:  # its own parser; `bench INPUT` is unchanged
-        from engine.bench_soak import main as bench_soak
+        from engine.bench.soak import main as bench_soak
 
         return bench_soak(argv[2:], add_config_flags)
     if argv[:2] == ["bench", "serve"]:  # its own parser; `bench INPUT` is unchanged
-        from engine.bench_serve import main as bench_serve
+        from engine.bench.serve import main as bench_serve
 
         return bench_serve(argv[2:], add_config_flags)
     if argv[:1] == ["bench"] and any(a == "--layouts" or a.startswith("--layouts=") for a in argv):
-        from engine.bench_lab import main as bench_layouts  # INPUT... through each layout
+        from engine.bench.lab import main as bench_layouts  # INPUT... through each layout
 
         return bench_layouts(argv[1:], add_config_flags)
     args = build_parser().parse_args(argv)
@@ -113,29 +113,29 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(name)s: %(message)s", stream=sys.stderr)
     try:
         if args.command == "devices":
-            from engine.cli_devices import run_devices
+            from engine.cli.devices import run_devices
 
             return run_devices(args.json, config_from_args(args))
         if args.command == "converse":
-            from engine.cli_converse import run_converse
+            from engine.cli.converse import run_converse
 
             return run_converse(args, config_from_args(args))
         if args.command == "bench":
-            from engine.cli_converse import run_bench
+            from engine.cli.converse import run_bench
 
             if args.runs < 1:
                 raise ParleyError(f"--runs must be at least 1; got {args.runs}")
             return run_bench(args, config_from_args(args))
         if args.command == "history":
-            from engine.cli_history import run_history
+            from engine.cli.history import run_history
 
             return run_history(args)
         if args.command == "models":
-            from engine.cli_models import run_models
+            from engine.cli.models import run_models
 
             return run_models(args)
         if args.command == "serve":
-            from engine.server.cli import run_serve
+            from engine.cli.serve import run_serve
 
             return run_serve(args, config_from_args(args))
     except NoSpeechError as exc:

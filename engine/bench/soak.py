@@ -19,7 +19,7 @@ turns, see there) apply unless the engine flags say otherwise.
 
 ``engine.cli`` dispatches ``bench soak`` here before its own parser runs and hands over
 ``add_config_flags`` (this module never imports the command line back). It also runs
-alone: ``python -m engine.bench_soak --turns 500`` (engine settings: ``--config FILE``).
+alone: ``python -m engine.bench.soak --turns 500`` (engine settings: ``--config FILE``).
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ import numpy as np
 from engine.audio.base import PIPELINE_RATE, AudioBlock
 from engine.config import EngineConfig, config_fields, load_config
 from engine.errors import ConfigError, ParleyError
-from engine.events import (EngineError, Event, TurnCancelled, TurnFinished, UserSpeaking)
-from engine.sampler import PeriodicSampler
-from engine.stats import percentile
+from engine.pipeline.events import (EngineError, Event, TurnCancelled, TurnFinished, UserSpeaking)
+from engine.bench.sampler import PeriodicSampler
+from engine.runtime.stats import percentile
 
 PROG = "parley-cli bench soak"
 AUDIO_DIR = Path(__file__).resolve().parents[1] / "resources" / "audio"
@@ -266,7 +266,7 @@ class _TurnWatch:
 
 
 def _answered(engine, unit: int, turn_ids: list[int], watch: _TurnWatch) -> bool:
-    from engine.metrics import Mark
+    from engine.pipeline.metrics import Mark
 
     for turn_id in turn_ids:
         if watch.ended.get(turn_id) != "finished":

@@ -1,6 +1,6 @@
 """What ``parley-cli`` subcommands share for their output: the ``--json`` document.
 
-Subcommand modules (``engine.cli_converse``, ``engine.cli_devices``) import this, never
+Subcommand modules (``engine.cli.converse``, ``engine.cli.devices``) import this, never
 ``engine.cli``: ``engine.cli`` parses the arguments and imports them, not the other way
 round (``tests/test_layering.py`` checks it).
 """

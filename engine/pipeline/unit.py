@@ -9,19 +9,19 @@ from collections.abc import Callable
 from engine.audio.base import AudioSink, AudioSource
 from engine.audio.echo import canceller_for
 from engine.config import EngineConfig
-from engine.control import TurnControl
-from engine.conversation import BARGE_IN, NEW_CONVERSATION, Conversation
-from engine.events import EngineError, EventHub
-from engine.messages import Transcript
-from engine.metrics import Mark, Metrics
-from engine.playback import Playback
-from engine.stage import StageContext
+from engine.pipeline.control import TurnControl
+from engine.pipeline.chat_history import BARGE_IN, NEW_CONVERSATION, Conversation
+from engine.pipeline.events import EngineError, EventHub
+from engine.pipeline.messages import Transcript
+from engine.pipeline.metrics import Mark, Metrics
+from engine.pipeline.playback import Playback
+from engine.pipeline.stage import StageContext
 from engine.stages.llm_stage import LlmStage
 from engine.stages.sink_stage import SinkStage
 from engine.stages.stt_stage import SttStage
 from engine.stages.tts_stage import TtsStage
 from engine.stages.vad_stage import PartialGate, VadStage
-from engine.turn_end.board import AudioScorer
+from engine.stages.end_of_turn.board import AudioScorer
 
 
 class PipelineUnit:

@@ -3,7 +3,7 @@
 The chunker only decides where to cut. Every piece is the LLM's text exactly as written,
 less the whitespace at the cut, so the conversation view and the chat history get the
 reply unchanged; what the voice says is made from each piece later
-(``engine.speech_text.speakable``).
+(``engine.stages.speech_text.speakable``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``parley-cli bench --layouts SPEC INPUT...``: the same inputs through several layouts.
 
-Answers "same device or separate devices?": each layout (see ``engine.bench_layouts``)
+Answers "same device or separate devices?": each layout (see ``engine.bench.layouts``)
 places the stages its own way; every layout is resolved before any model loads, then each
 loads once (layouts share one ModelRegistry, so a model two layouts place alike loads
 once; loading time is reported apart), runs one warm-up, and the measured runs interleave
@@ -21,13 +21,13 @@ import sys
 import time
 from collections.abc import Callable
 
-from engine.bench_layouts import ResolvedLayout, parse_layouts, resolve_layouts
+from engine.bench.layouts import ResolvedLayout, parse_layouts, resolve_layouts
 from engine.config import EngineConfig, config_fields, load_config, require_one_unit
-from engine.sampler import PeriodicSampler
+from engine.bench.sampler import PeriodicSampler
 from engine.errors import AudioInputError, ConfigError, NoSpeechError, ParleyError
-from engine.metrics import Figure
+from engine.pipeline.metrics import Figure
 from engine.report import bench_summary, format_value, placement_dict, turn_dict
-from engine.stats import percentile
+from engine.runtime.stats import percentile
 
 TABLE = (Figure.VOICE_TO_VOICE_S, Figure.STT_COMPUTE_S, Figure.LLM_FIRST_CHUNK_COMPUTE_S,
          Figure.TTS_FIRST_COMPUTE_S, Figure.LLM_TOKENS_PER_S, Figure.STT_RTF, Figure.TTS_RTF)
@@ -76,7 +76,7 @@ class MemorySampler(PeriodicSampler):
         self.peaks: dict[str, dict[str, dict[str, int]]] = {}
 
     def sample(self) -> None:
-        from engine.memory import sample_memory
+        from engine.runtime.memory import sample_memory
 
         label = self.current
         if label is None:
@@ -101,14 +101,14 @@ def _reset_peaks(devices: set[str]) -> None:
 
 
 def _used(devices: set[str]) -> dict[str, int]:
-    from engine.memory import sample_memory
+    from engine.runtime.memory import sample_memory
 
     return {r.device: r.used_bytes for r in sample_memory(devices)}
 
 
 def _lock_waits(engine) -> dict[str, float]:
     """Total wait so far on the MLX lock (if the engine uses MLX) and on each model's lock."""
-    from engine.mlx_lock import get_mlx_lock
+    from engine.runtime.mlx_lock import get_mlx_lock
 
     waits: dict[str, float] = {}
     mlx_lock = get_mlx_lock() if engine.mlx_in_use else None
@@ -141,7 +141,7 @@ def check_request(args: argparse.Namespace) -> None:
     if args.random_layers is not None and (args.weights != "random" or args.random_layers < 1):
         raise ConfigError("--random-layers N needs --weights random and N of at least 1")
     if args.plot:
-        from engine.bench_plot import require_matplotlib
+        from engine.bench.plot import require_matplotlib
 
         if not args.plot.lower().endswith(".png"):
             raise ConfigError(f"--plot {args.plot}: the plot is written as PNG; name a .png file")
@@ -158,14 +158,14 @@ def plan(args: argparse.Namespace, hub=None) -> tuple[list[ResolvedLayout], list
     layouts = parse_layouts(args.layouts)
     audios = [load_audio(path) for path in args.inputs]
     if args.weights == "random":
-        from engine.random_weights import random_overrides
+        from engine.bench.random_weights import random_overrides
 
         config = config.with_overrides(random_overrides(args.random_layers, build=False))
     resolved = resolve_layouts(config, layouts, hub=hub)
     for layout in resolved:
         require_one_unit(layout.config)
     if args.weights == "random":
-        from engine.random_weights import WARNING, random_overrides
+        from engine.bench.random_weights import WARNING, random_overrides
 
         _say(f"WARNING: {WARNING}")
         random_overrides(args.random_layers)  # built once, then reused from the cache
@@ -187,7 +187,7 @@ def run_layouts(args: argparse.Namespace, resolved: list[ResolvedLayout], audios
     ``should_stop()`` (optional) is asked before each load and each run; when it returns
     True, BenchCancelled is raised and every engine loaded so far is closed."""
     from engine.engine import Engine
-    from engine.models import ModelRegistry
+    from engine.runtime.model_registry import ModelRegistry
     from engine.recording import run_recording
 
     registry = ModelRegistry()
@@ -283,7 +283,7 @@ def _document(args, resolved, placements, load_s, load_bytes, loaded, rounds, wa
             "turns": runs})
     warning = None
     if args.weights == "random":
-        from engine.random_weights import WARNING as warning
+        from engine.bench.random_weights import WARNING as warning
     return {"inputs": list(args.inputs), "runs": args.runs, "baseline": base_label,
             "weights": args.weights, "warning": warning,
             "note": "memory is the whole process's: every layout's models stay loaded",
@@ -344,7 +344,7 @@ def main(argv: list[str], add_config_flags: Callable[[argparse.ArgumentParser], 
         resolved, audios = plan(args)
         doc = run_layouts(args, resolved, audios)
         if args.plot:
-            from engine.bench_plot import plot_layouts
+            from engine.bench.plot import plot_layouts
 
             plot_layouts(doc, args.plot)
             _say(f"plot written to {args.plot}")

@@ -1,0 +1,1 @@
+"""``parley-cli``: one module per subcommand; ``engine.cli.main`` parses and dispatches."""

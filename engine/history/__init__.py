@@ -1,0 +1,1 @@
+"""The stored conversations: every finished turn, searchable, exportable."""

@@ -1,0 +1,1 @@
+"""The streaming core of one pipeline unit: stages, messages, control, playback, metrics."""

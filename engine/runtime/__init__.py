@@ -1,0 +1,1 @@
+"""What the stages run on: placement, devices, the model registry, memory, the MLX lock, caches."""
