@@ -22,7 +22,7 @@ from pathlib import Path
 
 from engine.errors import ModelError
 
-CONFIGS = Path(__file__).resolve().parents[1] / "resources" / "hub_configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "resources" / "hub_configs"
 WHISPER = "whisper-large-v3-turbo"
 LLM = "smollm2-360m-instruct"
 STT_TOKENS = 32  # tokens each random transcript has (a real short utterance has ~10-30)

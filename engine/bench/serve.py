@@ -52,7 +52,7 @@ from engine.runtime.stats import percentile
 PROG = "parley-cli bench serve"
 MAX_UNITS = 64  # what ``serve --num-pipelines`` accepts
 RSS_TARGET = 1.2  # the bar: N units at most 1.2x the RSS of one
-AUDIO_DIR = Path(__file__).resolve().parents[1] / "resources" / "audio"
+AUDIO_DIR = Path(__file__).resolve().parents[2] / "resources" / "audio"
 DEFAULT_INPUT = "resources/audio/jfk.flac"
 DEFAULT_MEMORY_INPUT = "resources/audio/one_two_three_44k.wav"
 SERVING = re.compile(r"serving on (ws://\S+)")

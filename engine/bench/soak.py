@@ -44,7 +44,7 @@ from engine.bench.sampler import PeriodicSampler
 from engine.runtime.stats import percentile
 
 PROG = "parley-cli bench soak"
-AUDIO_DIR = Path(__file__).resolve().parents[1] / "resources" / "audio"
+AUDIO_DIR = Path(__file__).resolve().parents[2] / "resources" / "audio"
 DEFAULT_INPUTS = ("jfk.flac", "one_two_three_44k.wav")
 # Short replies; no barge-in (unpaced input would interrupt every reply); no speculation
 # (unpaced, every pause in jfk.flac would start a speculative turn that is redone, which

@@ -1,0 +1,1 @@
+"""The Assistant tab: voice, speed, who the assistant is, voice preview."""

@@ -1,0 +1,1 @@
+"""The Benchmark tab: device layouts compared."""

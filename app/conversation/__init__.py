@@ -1,0 +1,1 @@
+"""The conversation: the view, push-to-talk, the Stop talking button, the thinking cue."""

@@ -1,0 +1,439 @@
+"""The conversation: the user's words as recognised (a live partial line that firms up into
+the final transcript) and Parley's reply streaming in, one pair of bubbles per turn.
+When the reply has not started ``thinking_delay_ms`` after the final transcript, a
+"Thinking…" bubble stands in for it until the reply starts or the turn ends, and
+``thinking_started`` is emitted (``app.conversation.thinking_sound`` may then play a soft tone).
+
+The reply is shown as the LLM wrote it, its Markdown rendered (bold, italic, code, links,
+lists); the user's words are plain text, never read as Markdown. What the voice says is
+made elsewhere (``engine.stages.speech_text``) and never shown here.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor, QTextDocument
+from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget)
+
+from app.core import theme
+
+_KEEP_TURNS = 200
+
+# Raw HTML in a reply is shown as text ("use a <div>"), not interpreted.
+_MARKDOWN = (QTextDocument.MarkdownFeature.MarkdownDialectGitHub
+             | QTextDocument.MarkdownFeature.MarkdownNoHTML)
+# The line kinds that decide how two pieces of a reply are joined (see _join_markdown).
+_LIST_LINE = re.compile(r"[ \t]*(?:[-*+]|\d{1,9}[.)])[ \t]")
+_QUOTE_LINE = re.compile(r"[ \t]*>")
+_TABLE_LINE = re.compile(r"[ \t]*\|")
+_HEADING_LINE = re.compile(r"[ \t]*#{1,6}(?:[ \t]|$)")
+_FENCE_LINE = re.compile(r"[ \t]*(?:`{3}|~{3})")
+_CODE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n]*\n.*?(?:^[ \t]*\1[`~]*[ \t]*$|\Z)|(`+).*?\2",
+                   re.MULTILINE | re.DOTALL)
+# A "*" between two word characters is "2*3", not emphasis: CommonMark would pair the
+# ones in "2*3 and 4*5" into italics and drop them from view.
+_INTRAWORD_STAR = re.compile(r"(?<=\w)\*(?=\w)")
+_BODY_STYLE = re.compile(r"<body[^>]*>")
+
+
+def _line_kind(line: str) -> str | None:
+    for kind, pattern in (("list", _LIST_LINE), ("quote", _QUOTE_LINE), ("table", _TABLE_LINE),
+                          ("heading", _HEADING_LINE), ("fence", _FENCE_LINE)):
+        if pattern.match(line):
+            return kind
+    return None
+
+
+def _join_markdown(source: str, piece: str) -> str:
+    """``source`` with the reply piece ``piece`` added, keeping the Markdown's blocks.
+
+    The pieces come trimmed from the chunker, which cuts at sentence ends and line breaks
+    alike; a single space would run a list into one paragraph. A piece that opens a block
+    (list item, quote, table row, heading, code fence) starts a new line, a new paragraph
+    when the block kind changes; anything after a heading or a code block starts a new
+    paragraph; other pieces continue the line (a paragraph right after a list therefore
+    renders as part of the last item: the pieces do not tell the two apart).
+    """
+    if not source:
+        return piece
+    before = _line_kind(source.rsplit("\n", 1)[-1])
+    after = _line_kind(piece.split("\n", 1)[0])
+    if before in ("heading", "fence"):
+        sep = "\n\n"
+    elif after is None:
+        sep = " "
+    elif after == before and after != "heading":
+        sep = "\n"
+    else:
+        sep = "\n\n"
+    return f"{source}{sep}{piece}"
+
+
+def _protect_stars(markdown: str) -> str:
+    """Escape the "*" of "2*3" outside code, where a backslash would show."""
+    out, last = [], 0
+    for code in _CODE.finditer(markdown):
+        out.append(_INTRAWORD_STAR.sub(r"\\*", markdown[last:code.start()]))
+        out.append(code.group(0))
+        last = code.end()
+    out.append(_INTRAWORD_STAR.sub(r"\\*", markdown[last:]))
+    return "".join(out)
+
+
+def render_markdown(document: QTextDocument, markdown: str, suffix: str = "") -> None:
+    """Fill ``document`` with the reply ``markdown`` rendered, then ``suffix`` in muted text."""
+    document.setMarkdown(_protect_stars(markdown), _MARKDOWN)
+    if suffix:
+        cursor = QTextCursor(document)
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        muted = QTextCharFormat()
+        muted.setForeground(QColor(theme.current().muted))
+        cursor.insertText(suffix, muted)
+
+
+def _label_html(document: QTextDocument) -> str:
+    # The body's font would override the bubble's stylesheet font: drop it, keep the rest.
+    return _BODY_STYLE.sub("<body>", document.toHtml(), count=1)
+
+
+def _bubble(object_name: str) -> QLabel:
+    label = QLabel()
+    label.setObjectName(object_name)
+    label.setWordWrap(True)
+    label.setTextFormat(Qt.TextFormat.RichText)
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
+    return label
+
+
+class TurnItem(QWidget):
+    """One turn: the user's bubble on the right, the reply's on the left."""
+
+    def __init__(self, turn_id: int, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.turn_id = turn_id
+        self.stable = ""
+        self.unstable = ""
+        self.transcript: str | None = None  # the final transcript, once known
+        self.reply = ""  # the reply's pieces as written, joined by single spaces
+        self.reply_markdown = ""  # the same pieces joined to keep their Markdown blocks
+        self.reply_document = QTextDocument(self)  # what the reply bubble shows
+        self.cancelled = ""
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 4, 0, 4)
+        layout.setSpacing(2)
+        self.user_caption = self._caption("You", Qt.AlignmentFlag.AlignRight)
+        self.user_bubble = _bubble("userBubble")
+        self.reply_caption = self._caption("Parley", Qt.AlignmentFlag.AlignLeft)
+        self.reply_bubble = _bubble("replyBubble")
+        # Links in a reply open on a click; mouse only, so the bubble never takes the
+        # keyboard focus (the push-to-talk key).
+        self.reply_bubble.setOpenExternalLinks(True)
+        self.reply_bubble.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse
+                                                  | Qt.TextInteractionFlag.LinksAccessibleByMouse)
+        layout.addWidget(self.user_caption)
+        layout.addLayout(self._row(self.user_bubble, right=True))
+        layout.addWidget(self.reply_caption)
+        layout.addLayout(self._row(self.reply_bubble, right=False))
+        self.thinking_bubble = QLabel("Thinking…")
+        self.thinking_bubble.setObjectName("thinkingBubble")
+        self.thinking_bubble.setAccessibleName("Parley is thinking")
+        layout.addLayout(self._row(self.thinking_bubble, right=False))
+        self.thinking_bubble.hide()
+        #: Fires ``thinking_delay_ms`` after the final transcript (ConversationView starts it).
+        self.think_timer = QTimer(self)
+        self.think_timer.setSingleShot(True)
+        self.think_timer.timeout.connect(lambda: self.set_thinking(True))
+        self.reply_caption.hide()
+        self.reply_bubble.hide()
+        self._render_user()
+
+    @property
+    def thinking(self) -> bool:
+        """True while the "Thinking…" cue shows."""
+        return not self.thinking_bubble.isHidden()
+
+    def set_thinking(self, on: bool) -> None:
+        """Show the cue (only while no reply arrived and the turn goes on) or hide it."""
+        on = on and not self.reply and not self.cancelled
+        if not on:
+            self.think_timer.stop()
+        if on != self.thinking:
+            self.thinking_bubble.setVisible(on)
+            if on:
+                self.reply_caption.show()
+            elif not self.reply and not self.cancelled:
+                self.reply_caption.hide()
+
+    @staticmethod
+    def _caption(text: str, align: Qt.AlignmentFlag) -> QLabel:
+        label = QLabel(text)
+        label.setObjectName("bubbleCaption")
+        label.setAlignment(align)
+        return label
+
+    @staticmethod
+    def _row(bubble: QLabel, right: bool) -> QHBoxLayout:
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        if right:
+            row.addStretch(1)
+        row.addWidget(bubble, 5)
+        if not right:
+            row.addStretch(1)
+        return row
+
+    # ------------------------------------------------------------------ updates
+    def set_partial(self, stable: str, unstable: str) -> None:
+        """A live partial: stable words firm, the rest still changing."""
+        if self.transcript is None:
+            self.stable, self.unstable = stable, unstable
+            self._render_user()
+
+    def set_final(self, text: str) -> None:
+        """The final transcript replaces the partial line."""
+        self.transcript = text
+        self._render_user()
+
+    def add_reply(self, text: str) -> None:
+        """A piece of the reply (a clause, a sentence, a list item) as the LLM wrote it."""
+        self.set_thinking(False)
+        piece = text.strip()
+        self.reply = f"{self.reply} {piece}".strip()
+        if piece:
+            self.reply_markdown = _join_markdown(self.reply_markdown, piece)
+        self._render_reply()
+
+    def reopen(self) -> None:
+        """The user went on speaking: the reply so far was dropped, the words continue."""
+        self.set_thinking(False)
+        if self.transcript:
+            self.stable, self.unstable = self.transcript, ""
+        self.transcript = None
+        self.reply = ""
+        self.reply_markdown = ""
+        self.reply_document.clear()
+        self.reply_caption.hide()
+        self.reply_bubble.hide()
+        self._render_user()
+
+    def set_cancelled(self, reason: str) -> None:
+        """The reply was cut off (barge-in or the Interrupt button)."""
+        self.set_thinking(False)
+        self.cancelled = reason
+        self._render_reply()
+
+    def set_finished(self, voice_to_voice: float | None) -> None:
+        """Show the turn's voice-to-voice latency under the reply."""
+        self.set_thinking(False)
+        if voice_to_voice is not None:
+            self.reply_caption.setText(f"Parley  ·  replied {voice_to_voice * 1000:.0f} ms after you stopped")
+        if not self.reply and not self.cancelled:
+            self.reply_caption.hide()
+            self.reply_bubble.hide()
+
+    def _render_user(self) -> None:
+        muted = theme.current().user_muted  # on the accent-coloured bubble
+        if self.transcript is not None:
+            text = html.escape(self.transcript) if self.transcript else \
+                f"<i style='color:{muted}'>(no words recognised)</i>"
+            self.user_caption.setText("You")
+        elif self.stable or self.unstable:
+            text = html.escape(self.stable)
+            if self.unstable:
+                text += f" <i style='color:{muted}'>{html.escape(self.unstable)}</i>"
+            self.user_caption.setText("You  ·  transcribing…")
+        else:
+            text = f"<i style='color:{muted}'>listening…</i>"
+            self.user_caption.setText("You")
+        self.user_bubble.setText(text)
+
+    def restyle(self) -> None:
+        """Render again with the current palette (inline colours of the muted parts)."""
+        self._render_user()
+        if self.reply or self.cancelled:
+            self._render_reply()
+
+    def _render_reply(self) -> None:
+        muted = theme.current().muted
+        self.reply_caption.show()
+        self.reply_bubble.show()
+        if not self.reply_markdown:
+            text = f"<i style='color:{muted}'>…</i>"
+            if self.cancelled:
+                text += f" <span style='color:{muted}'>— interrupted</span>"
+            self.reply_document.clear()
+            self.reply_bubble.setText(text)
+            return
+        # Rendered afresh from the whole reply each time: a piece may close a bold span or
+        # a list the previous piece opened.
+        render_markdown(self.reply_document, self.reply_markdown,
+                        " — interrupted" if self.cancelled else "")
+        self.reply_bubble.setText(_label_html(self.reply_document))
+
+
+class ConversationView(QScrollArea):
+    """All turns, newest at the bottom; follows new text while scrolled to the end."""
+
+    #: How long after the final transcript a reply that has not started shows "Thinking…".
+    thinking_delay_ms = 1000
+    #: The cue's dots advance this often (only while the view is shown).
+    thinking_step_ms = 400
+    #: The "Thinking…" cue appeared for this turn id.
+    thinking_started = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("conversation")
+        self.setWidgetResizable(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        body = QWidget()
+        body.setObjectName("conversationBody")
+        self._layout = QVBoxLayout(body)
+        self._layout.setContentsMargins(20, 16, 20, 16)
+        self._layout.setSpacing(8)
+        self._empty = QLabel("Press <b>Listen</b> and start talking.<br>"
+                             "Your words appear here as they are recognised, then Parley's reply.")
+        self._empty.setObjectName("emptyHint")
+        self._empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self._layout.addWidget(self._empty, 1)
+        self._layout.addStretch(1)
+        self.setWidget(body)
+        self._items: list[TurnItem] = []  # every turn shown, oldest first
+        self._current: dict[int, TurnItem] = {}  # turn ids of the current engine
+        self.verticalScrollBar().rangeChanged.connect(self._follow)
+        self._at_end = True
+        self.verticalScrollBar().valueChanged.connect(self._remember_position)
+        self._dots = QTimer(self)
+        self._dots.timeout.connect(self._step_thinking)
+        self._step = 0
+        theme.notifier().changed.connect(self._restyle)
+
+    # ------------------------------------------------------------------ event slots
+    def on_user_speaking(self, unit: int, turn_id: int, started: bool) -> None:
+        """The user started (or stopped) speaking in ``turn_id``."""
+        if started:
+            item = self._item(turn_id)
+            for other in self._current.values():
+                if other is not item:
+                    other.set_thinking(False)  # a new turn: earlier ones are past waiting
+
+    def on_partial(self, unit: int, turn_id: int, stable: str, unstable: str) -> None:
+        """A live partial transcript."""
+        self._item(turn_id).set_partial(stable, unstable)
+
+    def on_final(self, unit: int, turn_id: int, text: str) -> None:
+        """The final transcript of ``turn_id``: its reply is now awaited."""
+        item = self._item(turn_id)
+        item.set_final(text)
+        if text.strip() and not item.reply and not item.cancelled:
+            item.think_timer.start(self.thinking_delay_ms)
+
+    def on_reply(self, unit: int, turn_id: int, text: str) -> None:
+        """A clause of the reply."""
+        self._item(turn_id).add_reply(text)
+
+    def on_cancelled(self, unit: int, turn_id: int, reason: str) -> None:
+        """A reopened turn drops its reply; a barge-in marks it interrupted."""
+        item = self._current.get(turn_id)
+        if item is None:
+            return
+        if reason == "reopened":
+            item.reopen()
+        else:
+            item.set_cancelled(reason)
+
+    def on_finished(self, record) -> None:
+        """A TurnRecord: the turn's texts are final; show its latency."""
+        item = self._item(record.turn_id)
+        if item.transcript is None:
+            item.set_final(record.transcript)
+        if record.reply and not item.reply:
+            item.add_reply(record.reply)
+        item.set_finished(record.voice_to_voice)
+
+    def clear(self) -> None:
+        """Forget every turn."""
+        for item in self._items:
+            item.set_thinking(False)
+            item.deleteLater()
+        self._items.clear()
+        self._current.clear()
+        self._empty.show()
+
+    def new_engine(self) -> None:
+        """A new engine numbers its turns from 1 again: later events start new bubbles."""
+        for item in self._current.values():
+            item.set_thinking(False)
+        self._current.clear()
+
+    def item(self, turn_id: int) -> TurnItem | None:
+        """The bubble pair of ``turn_id`` of the current engine."""
+        return self._current.get(turn_id)
+
+    # ------------------------------------------------------------------ readers
+    def turns(self) -> list[tuple[int, str, str]]:
+        """``(turn_id, what the user said, the reply)`` as shown, oldest first."""
+        return [(i.turn_id, i.transcript if i.transcript is not None else f"{i.stable} {i.unstable}".strip(),
+                 i.reply) for i in self._items]
+
+    def plain_text(self) -> str:
+        """The conversation as text, for copying and tests."""
+        return "\n".join(f"You: {user}\nParley: {reply}" for _t, user, reply in self.turns())
+
+    def thinking_turns(self) -> list[int]:
+        """The turn ids showing the "Thinking…" cue."""
+        return [turn_id for turn_id, item in self._current.items() if item.thinking]
+
+    # ------------------------------------------------------------------ internals
+    def _start_dots(self) -> None:
+        if not self._dots.isActive():
+            self._step = 0
+            self._dots.start(self.thinking_step_ms)
+
+    def _step_thinking(self) -> None:
+        thinking = [i for i in self._items if i.thinking]
+        if not thinking:
+            self._dots.stop()
+            return
+        if not self.isVisible():
+            return  # a hidden tab is not drawn
+        self._step = (self._step + 1) % 4
+        text = "Thinking" + ("…" if self._step == 0 else "." * self._step)
+        for item in thinking:
+            item.thinking_bubble.setText(text)
+
+    def _restyle(self, _palette) -> None:
+        for item in self._items:
+            item.restyle()
+
+    def _item(self, turn_id: int) -> TurnItem:
+        item = self._current.get(turn_id)
+        if item is None:
+            self._empty.hide()
+            item = TurnItem(turn_id)
+            item.think_timer.timeout.connect(self._start_dots)
+            item.think_timer.timeout.connect(
+                lambda item=item: item.thinking and self.thinking_started.emit(item.turn_id))
+            self._layout.insertWidget(self._layout.count() - 1, item)
+            self._items.append(item)
+            self._current[turn_id] = item
+            while len(self._items) > _KEEP_TURNS:
+                oldest = self._items.pop(0)
+                if self._current.get(oldest.turn_id) is oldest:
+                    del self._current[oldest.turn_id]
+                oldest.deleteLater()
+        return item
+
+    def _remember_position(self, value: int) -> None:
+        bar = self.verticalScrollBar()
+        self._at_end = value >= bar.maximum() - 4
+
+    def _follow(self, _lo: int, hi: int) -> None:
+        if self._at_end:
+            bar = self.verticalScrollBar()
+            QTimer.singleShot(0, lambda: bar.setValue(bar.maximum()))

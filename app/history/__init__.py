@@ -1,0 +1,1 @@
+"""The history browser: past conversations by day, search, export, delete."""

@@ -1,0 +1,315 @@
+"""File > Models…: the models on disk, their size, which stage uses them; download, remove.
+
+The table lists the Hugging Face hub cache, Parley's own cache and the models bundled in
+installed packages (``engine.runtime.model_cache``). Scanning a large cache and deleting a large
+model take seconds, so both run on a worker thread; the window's buttons wait for it,
+and closing the window joins it. Download… fetches the hub models the loaded engine
+would rather use but are missing, through the first-run ``ModelDownloadDialog``. Remove
+refuses a model a loaded stage holds right now and names that stage.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import (QAbstractItemView, QDialog, QHBoxLayout, QHeaderView, QLabel, QMessageBox,
+                               QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+
+from app.onboarding.downloads import HUB_PATTERNS, HubDownload, ModelDownloadDialog, hub_downloads
+from engine.errors import ParleyError
+from engine.runtime.model_cache import (BUNDLED, HUB, CachedModel, ModelScan, ModelUse, engine_uses,
+                                        human_bytes, remove_model, scan_models, uses_of)
+
+COLUMNS = ("Name", "Kind", "Size", "Last used", "Used by")
+_ROLE = Qt.ItemDataRole.UserRole
+
+
+def wanted_downloads(placements: list[Any], scan: ModelScan | None) -> list[HubDownload]:
+    """The hub repos the engine's ``placements`` would use that the hub cache lacks: the
+    preferred models that replace bundled ones, and hub models named but not cached."""
+    cached = {m.name for m in (scan.models if scan else ()) if m.kind == HUB}
+    out = [d for d in hub_downloads(placements) if d.repo_id not in cached]
+    for p in placements:
+        model = str(p.model)
+        repo, _, path = model.partition(":")
+        if (p.bundled or getattr(p, "endpoint", "") or repo in cached or repo.count("/") != 1
+                or Path(model).expanduser().exists() or any(d.repo_id == repo for d in out)):
+            continue
+        patterns = (path, path + ".json") if path else HUB_PATTERNS.get(p.backend)
+        out.append(HubDownload(p.stage, repo, patterns))
+    return out
+
+
+class ModelManagerDialog(QDialog):
+    """The models on disk in a table, with a total; Download…, Remove…, Refresh.
+
+    ``controller``: the app's EngineController (its ``engine`` and ``config`` say which
+    stage uses what), or None. ``bundled``: list the models of installed packages too.
+    """
+
+    _finished = Signal(int, object, str)  # generation, result, error (from the worker)
+
+    def __init__(self, controller: Any = None, parent: QWidget | None = None, *,
+                 bundled: bool = True) -> None:
+        super().__init__(parent)
+        self.setObjectName("modelManager")
+        self.setWindowTitle("Models")
+        self.resize(860, 480)
+        self.controller = controller
+        self.scan: ModelScan | None = None
+        self.download_dialog: ModelDownloadDialog | None = None
+        self._bundled = bundled
+        self._worker: threading.Thread | None = None
+        self._generation = 0
+        self._then: Callable[[Any], None] | None = None
+        self._after_scan = ""  # what the status line says once the next scan is shown
+        self._finished.connect(self._on_finished)
+
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setObjectName("modelTable")
+        self.table.setAccessibleName("Models on disk")
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setTabKeyNavigation(False)  # Tab leaves the table for the buttons
+        self.table.verticalHeader().setVisible(False)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for column in range(1, len(COLUMNS)):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
+        self.table.itemSelectionChanged.connect(self._sync_buttons)
+        self.total = QLabel("")
+        self.total.setObjectName("modelTotal")
+        self.status = QLabel("")
+        self.status.setObjectName("modelStatus")
+        self.status.setWordWrap(True)
+        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.download = self._button("Download…", "Download missing models", self.open_download)
+        self.remove = self._button("Remove…", "Remove the selected model", self.remove_selected)
+        self.refresh = self._button("Refresh", "Scan the model caches again", self.rescan)
+        self.close_button = self._button("Close", "Close the models window", self.accept)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.total, 1)
+        for button in (self.download, self.remove, self.refresh, self.close_button):
+            buttons.addWidget(button)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.table, 1)
+        layout.addWidget(self.status)
+        layout.addLayout(buttons)
+        order = (self.table, self.download, self.remove, self.refresh, self.close_button)
+        for first, second in itertools.pairwise(order):
+            QWidget.setTabOrder(first, second)
+        self.rescan()
+
+    def _button(self, text: str, name: str, slot: Callable[[], Any]) -> QPushButton:
+        button = QPushButton(text)
+        button.setAccessibleName(name)
+        button.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        button.clicked.connect(lambda _checked=False: slot())
+        return button
+
+    # ------------------------------------------------------------------ what is in use
+    def uses(self) -> list[ModelUse]:
+        """Which stage names which model: the loaded engine's, else the config's."""
+        engine = getattr(self.controller, "engine", None)
+        if engine is not None:
+            return engine_uses(engine)
+        return uses_of(config=getattr(self.controller, "config", None))
+
+    def wanted(self) -> list[HubDownload]:
+        """The missing hub models the loaded engine would use (none without an engine)."""
+        engine = getattr(self.controller, "engine", None)
+        return [] if engine is None else wanted_downloads(list(engine.placements.values()),
+                                                          self.scan)
+
+    # ------------------------------------------------------------------ worker
+    @property
+    def busy(self) -> bool:
+        """True while a scan or a removal runs."""
+        return self._worker is not None and self._worker.is_alive()
+
+    def _run(self, what: str, job: Callable[[], Any], then: Callable[[Any], None]) -> None:
+        if self.busy:
+            return
+        self._generation += 1
+        generation, self._then = self._generation, then
+        self.status.setText(what)
+
+        def work() -> None:
+            try:
+                result, error = job(), ""
+            except ParleyError as exc:
+                result, error = None, str(exc)
+            except Exception as exc:  # noqa: BLE001 - shown in the window, not a traceback
+                result, error = None, f"{type(exc).__name__}: {exc}"
+            try:
+                self._finished.emit(generation, result, error)
+            except RuntimeError:
+                pass  # the window is gone
+
+        self._worker = threading.Thread(target=work, name="parley-model-cache", daemon=True)
+        self._sync_buttons()
+        self._worker.start()
+
+    def _on_finished(self, generation: int, result: Any, error: str) -> None:
+        if generation != self._generation:
+            return
+        self._worker, then = None, self._then
+        if error:
+            self.status.setText(error)
+        elif then is not None:
+            then(result)
+        self._sync_buttons()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Join the worker thread; True if none is running."""
+        if self._worker is not None:
+            self._worker.join(timeout)
+        return not self.busy
+
+    # ------------------------------------------------------------------ scanning
+    def rescan(self) -> None:
+        """Scan the caches on the worker thread and fill the table."""
+        uses, bundled = self.uses(), self._bundled
+        self._run("Scanning the model caches…", lambda: scan_models(uses, bundled=bundled),
+                  self._show_scan)
+
+    def _show_scan(self, scan: ModelScan) -> None:
+        self.scan = scan
+        self.table.setRowCount(0)
+        for model in scan.models:
+            row = self.table.rowCount()
+            self.table.insertRow(row)
+            when = (datetime.fromtimestamp(model.last_used).strftime("%Y-%m-%d")
+                    if model.last_used else "")
+            used = ", ".join(f"{s} (loaded)" if s in model.loaded_by else s
+                             for s in model.used_by)
+            for column, text in enumerate((model.name, model.kind, human_bytes(model.size_bytes),
+                                           when, used)):
+                item = QTableWidgetItem(text)
+                item.setData(_ROLE, model)
+                item.setToolTip(str(model.path))
+                if column == 2:
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                self.table.setItem(row, column, item)
+        self.total.setText(f"{len(scan.models)} models, {human_bytes(scan.total_bytes)} on disk")
+        notes = [f"Hub cache: {scan.hub_cache}", f"Parley cache: {scan.parley_cache}",
+                 *scan.warnings]
+        self.status.setText(self._after_scan or " · ".join(notes))
+        self._after_scan = ""
+
+    # ------------------------------------------------------------------ actions
+    def selected(self) -> CachedModel | None:
+        """The model of the selected row, or None."""
+        rows = self.table.selectionModel().selectedRows()
+        return None if not rows else self.table.item(rows[0].row(), 0).data(_ROLE)
+
+    def select(self, name: str) -> bool:
+        """Select the row of the model called ``name``."""
+        for row in range(self.table.rowCount()):
+            if self.table.item(row, 0).text() == name:
+                self.table.selectRow(row)
+                return True
+        return False
+
+    def confirm_remove(self, model: CachedModel) -> bool:
+        """Ask before deleting; tests replace this to answer."""
+        answer = QMessageBox.question(
+            self, "Remove model",
+            f"Delete {model.name} ({human_bytes(model.size_bytes)}) from {model.path}?\n\n"
+            "A stage that needs it will download or convert it again.",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+            QMessageBox.StandardButton.Cancel)
+        return answer == QMessageBox.StandardButton.Yes
+
+    def remove_selected(self) -> bool:
+        """Remove the selected model after confirmation, on the worker thread; False when
+        refused (bundled, in use by a loaded stage) or cancelled."""
+        model = self.selected()
+        if model is None or self.busy:
+            return False
+        if model.kind == BUNDLED:
+            self.status.setText(f"{model.name} is bundled in the package {model.source}; "
+                                "it cannot be removed here (pip uninstall that package).")
+            return False
+        if model.loaded_by:
+            stages = ", ".join(model.loaded_by)
+            self.status.setText(f"Cannot remove {model.name}: the loaded {stages} stage uses it. "
+                                f"Switch {stages} to another model in Settings first.")
+            return False
+        if not self.confirm_remove(model):
+            return False
+        self._run(f"Removing {model.name}…", lambda: remove_model(model),
+                  lambda freed: self._removed(model, freed))
+        return True
+
+    def _removed(self, model: CachedModel, freed: int) -> None:
+        self._worker = None
+        self.rescan()
+        self._after_scan = f"Removed {model.name} ({human_bytes(freed)} freed)."
+
+    def open_download(self) -> ModelDownloadDialog | None:
+        """Open the download dialog for the missing models (None when nothing is missing)."""
+        wanted = self.wanted()
+        if not wanted:
+            self.status.setText("Every hub model the loaded engine wants is already on disk."
+                                if getattr(self.controller, "engine", None) is not None else
+                                "Load the models first: downloads follow the loaded engine's "
+                                "placements.")
+            return None
+        self.download_dialog = ModelDownloadDialog(wanted, self)
+        self.download_dialog.finished_download.connect(lambda ok: ok and self.rescan())
+        self.download_dialog.show()
+        return self.download_dialog
+
+    def _sync_buttons(self) -> None:
+        model = self.selected()
+        self.remove.setEnabled(not self.busy and model is not None and model.removable)
+        self.refresh.setEnabled(not self.busy)
+        self.download.setEnabled(not self.busy)
+
+    def done(self, result: int) -> None:
+        if self.download_dialog is not None:
+            self.download_dialog.cancel()
+            self.download_dialog.wait(10)
+        self._generation += 1  # a result still queued is dropped
+        self.wait(30)
+        super().done(result)
+
+
+def install(window: Any) -> QAction:
+    """Add File > Models… to ``window`` (once; later calls return the same action)."""
+    menu = window.menus["file"]
+    for action in menu.actions():
+        if action.objectName() == "modelsAction":
+            return action
+    action = QAction("Models…", window)
+    action.setObjectName("modelsAction")
+    action.setStatusTip("The models on disk: sizes, which stage uses them; download, remove")
+
+    def show() -> None:
+        dialog = getattr(window, "model_manager", None)
+        if dialog is None or not dialog.isVisible():  # a closed one rescans from scratch
+            if dialog is not None:
+                dialog.deleteLater()
+            dialog = ModelManagerDialog(getattr(window, "controller", None), window)
+            window.model_manager = dialog
+        dialog.show()
+        dialog.raise_()
+        dialog.activateWindow()
+
+    action.triggered.connect(show)
+    separators = [a for a in menu.actions() if a.isSeparator()]
+    if separators:
+        menu.insertAction(separators[-1], action)  # above Quit
+    else:
+        menu.addAction(action)
+    return action

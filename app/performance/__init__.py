@@ -1,0 +1,1 @@
+"""The live meters and the performance graphs."""

@@ -1,0 +1,1 @@
+"""The Server tab: realtime mode served from the app."""
