@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.config import load_config as load_toml
     from engine.errors import ParleyError
 
-    from app.settings import load_config, open_settings
+    from app.core.saved_settings import load_config, open_settings
 
     problem = qt_platform_problem()
     if problem is not None:
@@ -256,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     app.setApplicationName("Parley")
     app.setOrganizationName("Parley")
     app.setApplicationDisplayName("Parley")
-    from app.appearance import start_theme
-    from app.resources import app_icon
+    from app.window.appearance import start_theme
+    from app.core.resources import app_icon
 
     try:
         app.setWindowIcon(app_icon())
@@ -275,9 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     except ParleyError as exc:
         return _fail(str(exc))
 
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
-    from app.window_state import restore_window_state
+    from app.core.window_state import restore_window_state
 
     window = MainWindow(config, settings, autoload=not args.no_load, notes=notes)
     restore_window_state(window, settings)  # geometry, splitter, tab of the last session

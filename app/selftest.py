@@ -100,7 +100,7 @@ def _run(config_path: str | None, summary: dict) -> list[str]:
     from engine.recording import load_engine, run_recording
     from engine.report import placement_dict, turn_dict
 
-    from app.resources import resource_path
+    from app.core.resources import resource_path
 
     config = _config(config_path)
     recording = resource_path("audio", SAMPLE)

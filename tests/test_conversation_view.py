@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 from PySide6.QtGui import QTextDocument
 
-from app.conversation_view import ConversationView
+from app.conversation.view import ConversationView
 
 try:
     from fixtures_gui import recorded_metrics

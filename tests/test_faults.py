@@ -360,7 +360,7 @@ def test_a_vad_failure_mid_speech_ends_that_turn_and_the_next_is_answered(regist
 
 @pytest.mark.slow
 def test_a_stage_failure_reaches_the_window_banner(registry, two_utterances, qtbot, gui_settings):
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
     from engine.recording import run_recording
 
     window = MainWindow(EngineConfig(), gui_settings, autoload=False)
@@ -431,7 +431,7 @@ def test_the_cli_names_a_model_that_fails_to_load(monkeypatch, capsys, one_two_t
 
 def test_the_window_names_a_model_that_fails_to_load(monkeypatch, qtbot, gui_settings):
     import engine.backends.vad.silero as silero
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
 
     def fail(request, progress):
         raise RuntimeError("injected fault")
@@ -456,8 +456,8 @@ def test_after_a_failed_load_the_window_offers_another_device(monkeypatch, qtbot
 
     from PySide6.QtCore import Qt
 
-    from app.main_window import MainWindow
-    from app.worker import JobFailure
+    from app.window.main_window import MainWindow
+    from app.core.worker import JobFailure
 
     window = MainWindow(EngineConfig(), gui_settings, autoload=False)
     qtbot.addWidget(window)
@@ -482,7 +482,7 @@ def test_after_a_failed_load_the_window_offers_another_device(monkeypatch, qtbot
 def test_other_devices_are_usable_supported_and_not_the_one_that_failed():
     import torch
 
-    from app.load_recovery import other_devices
+    from app.onboarding.load_recovery import other_devices
     from engine.backends import BackendRegistry
 
     oom = torch.OutOfMemoryError("CUDA out of memory")
@@ -604,7 +604,7 @@ def test_a_speaker_whose_callbacks_stop_is_lost_not_waited_for(sound):
 @pytest.mark.slow
 def test_lost_devices_keep_the_pipeline_up_and_answer_the_next_turn(registry, monkeypatch, qtbot,
                                                                      one_two_three_path):
-    from app.bridge import EventBridge
+    from app.core.bridge import EventBridge
     from engine.audio.decode import load_audio
 
     sound = install_fake_sound(monkeypatch, FakeSoundDevice(period_s=0.008))

@@ -12,10 +12,10 @@ import pytest
 from PySide6.QtCore import QThread
 from PySide6.QtWidgets import QApplication, QWidget
 
-from app import global_hotkey
-from app.global_hotkey import (MACOS_NOTE, NO_DISPLAY_REASON, NO_PYNPUT_REASON, WAYLAND_REASON,
-                               GlobalHotkey, GlobalPushToTalk, Support, hotkey_support)
-from app.main_window import MainWindow
+from app.conversation import global_hotkey
+from app.conversation.global_hotkey import (MACOS_NOTE, NO_DISPLAY_REASON, NO_PYNPUT_REASON, WAYLAND_REASON,
+                                            GlobalHotkey, GlobalPushToTalk, Support, hotkey_support)
+from app.window.main_window import MainWindow
 from engine.config import EngineConfig
 
 try:

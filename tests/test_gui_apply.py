@@ -19,7 +19,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import numpy as np
 import pytest
 
-from app.main_window import MainWindow
+from app.window.main_window import MainWindow
 from engine.audio.base import PIPELINE_RATE, AudioBlock
 from engine.audio.decode import load_audio
 from engine.audio.file_sink import FileSink

@@ -12,12 +12,12 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import numpy as np
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QAbstractButton, QAbstractSlider, QAbstractSpinBox, QApplication,
-                               QComboBox, QLineEdit, QPlainTextEdit, QWidget)
+from PySide6.QtWidgets import (QAbstractButton, QAbstractSlider, QAbstractSpinBox, QApplication, QComboBox,
+                               QLineEdit, QPlainTextEdit, QWidget)
 
-from app.assistant_panel import install
-from app.assistant_presets import PRESETS
-from app.main_window import MainWindow
+from app.assistant.panel import install
+from app.assistant.presets import PRESETS
+from app.window.main_window import MainWindow
 from engine.audio.file_sink import FileSink
 from engine.config import STAGES, EngineConfig
 

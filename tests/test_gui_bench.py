@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from PySide6.QtWidgets import QApplication
 
-from app.bench_controller import CANCELLED
-from app.bench_panel import RESULT_COLUMNS
-from app.main_window import MainWindow
-from app.theme import load_stylesheet
+from app.bench.controller import CANCELLED
+from app.bench.panel import RESULT_COLUMNS
+from app.window.main_window import MainWindow
+from app.core.theme import load_stylesheet
 from engine.config import EngineConfig
 
 try:

@@ -23,8 +23,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import pytest
 from PySide6.QtWidgets import QApplication
 
-from app.main_window import MainWindow
-from app.theme import load_stylesheet
+from app.window.main_window import MainWindow
+from app.core.theme import load_stylesheet
 from engine.audio.file_sink import FileSink
 from engine.audio.file_source import FileSource
 from engine.config import EngineConfig

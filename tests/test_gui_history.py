@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from app.history_dialog import HistoryDialog
+from app.history.browser import HistoryDialog
 from engine.history.store import HistoryStore
 from engine.pipeline.metrics import Figure, Mark, Metrics
 

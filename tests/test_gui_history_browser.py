@@ -12,7 +12,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (QAbstractButton, QApplication, QComboBox, QLineEdit, QListWidget, QMessageBox,
                                QTextBrowser)
 
-from app.history_dialog import HistoryDialog, search_query
+from app.history.browser import HistoryDialog, search_query
 from engine.history.store import HistoryStore, utc_iso
 from tests.test_gui_history import _record
 

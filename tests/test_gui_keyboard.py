@@ -9,12 +9,12 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QAbstractButton, QAbstractItemView, QAbstractSpinBox, QApplication,
-                               QComboBox, QHeaderView, QLineEdit, QMenuBar, QPlainTextEdit,
-                               QSlider, QTabBar, QTextEdit, QWidget)
+from PySide6.QtWidgets import (QAbstractButton, QAbstractItemView, QAbstractSpinBox, QApplication, QComboBox,
+                               QHeaderView, QLineEdit, QMenuBar, QPlainTextEdit, QSlider, QTabBar, QTextEdit,
+                               QWidget)
 
-from app.controller import ControllerMode, ControllerState
-from app.main_window import MainWindow
+from app.core.controller import ControllerMode, ControllerState
+from app.window.main_window import MainWindow
 from engine.config import EngineConfig
 
 try:
@@ -22,7 +22,7 @@ try:
 except ImportError:  # tests/ collected as a package
     from tests.fixtures_gui import gui_settings  # noqa: F401 (fixture)
 
-# Listed here, not imported from app.accessibility: the test states what "interactive" means.
+# Listed here, not imported from app.window.accessibility: the test states what "interactive" means.
 INTERACTIVE = (QAbstractButton, QComboBox, QLineEdit, QAbstractSpinBox, QPlainTextEdit, QTextEdit,
                QSlider, QTabBar, QAbstractItemView)
 
@@ -70,7 +70,7 @@ def test_every_control_has_a_name_and_takes_tab_focus(window):
 
 
 def test_settings_editors_are_named_by_their_labels(window):
-    from app.settings_fields import field_label
+    from app.settings.fields import field_label
 
     panel = window.panel
     for dotted, editor in panel.fields.items():

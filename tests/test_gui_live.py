@@ -12,12 +12,12 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import numpy as np
 import pytest
 
-from app.bridge import EventBridge
-from app.conversation_view import ConversationView
-from app.graphs import SEGMENTS, GraphsPanel, turn_segments
-from app.meters import LevelMeter, MetersPanel
-from app.ptt import PushToTalkSource
-from app.status_line import StageStatus, short_model
+from app.core.bridge import EventBridge
+from app.conversation.view import ConversationView
+from app.performance.graphs import SEGMENTS, GraphsPanel, turn_segments
+from app.performance.meters import LevelMeter, MetersPanel
+from app.conversation.ptt import PushToTalkSource
+from app.window.status_line import StageStatus, short_model
 from engine.audio.file_source import FileSource
 from engine.pipeline.events import (EngineError, FinalTranscript, PartialTranscript, ReplyText, TurnCancelled,
                                     TurnFinished, UserSpeaking)
@@ -171,7 +171,7 @@ def test_push_to_talk_passes_speech_only_while_the_key_is_held(jfk_path):
 
 
 def test_lock_meter_reads_a_real_mlx_lock(qtbot):
-    from app.meters import LockMeter
+    from app.performance.meters import LockMeter
     from engine.runtime.mlx_lock import MlxLock
 
     lock = MlxLock(window_s=5.0)
@@ -228,7 +228,7 @@ class _SnapshotSource:
 def test_snapshots_are_taken_off_the_gui_thread_and_the_window_draws_the_latest(qtbot, tmp_path):
     from PySide6.QtCore import QSettings
 
-    from app.main_window import MainWindow
+    from app.window.main_window import MainWindow
     from engine.config import EngineConfig
 
     settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)

@@ -14,7 +14,7 @@ from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import QApplication
 
 from app.main import main
-from app.main_window import MainWindow
+from app.window.main_window import MainWindow
 from engine.config import EngineConfig
 
 try:
@@ -113,7 +113,7 @@ def test_closing_while_models_load_ends_the_process(tmp_path):
         "from PySide6.QtCore import QTimer\n"
         "from PySide6.QtWidgets import QApplication\n"
         "from app.main import main\n"
-        "from app.main_window import MainWindow\n"
+        "from app.window.main_window import MainWindow\n"
         "app = QApplication(sys.argv[:1])\n"
         "def poll():\n"
         "    for w in QApplication.topLevelWidgets():\n"
@@ -154,7 +154,7 @@ def test_engine_errors_show_in_the_banner(qtbot, gui_settings):
 def test_the_worker_names_its_job_by_kind_and_answers_on_the_gui_thread(qtbot):
     import threading
 
-    from app.worker import JobKind, Worker
+    from app.core.worker import JobKind, Worker
 
     worker = Worker()
     started, release = threading.Event(), threading.Event()

@@ -11,8 +11,8 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QAbstractButton, QMainWindow, QMenu, QTableWidget
 
-from app.first_run import DownloadState
-from app.model_manager import ModelManagerDialog, install, wanted_downloads
+from app.onboarding.downloads import DownloadState
+from app.onboarding.model_manager import ModelManagerDialog, install, wanted_downloads
 from tests.test_model_cache import make_hub_repo
 
 

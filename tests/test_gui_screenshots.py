@@ -13,8 +13,8 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QWidget
 
-from app import theme
-from app.main_window import MainWindow
+from app.core import theme
+from app.window.main_window import MainWindow
 from engine.audio.file_sink import FileSink
 from engine.audio.file_source import FileSource
 from engine.config import EngineConfig
@@ -70,9 +70,9 @@ def _history(path: Path) -> Path:
 
 @pytest.mark.slow
 def test_the_new_panels_light_and_dark(qtbot, gui_settings, tmp_path, one_two_three_path):
-    from app.history_dialog import HistoryDialog
-    from app.model_manager import ModelManagerDialog
-    from app.setup_check import SetupCheckDialog
+    from app.history.browser import HistoryDialog
+    from app.onboarding.model_manager import ModelManagerDialog
+    from app.onboarding.device_check import SetupCheckDialog
 
     folder = _folder(tmp_path)
     window = MainWindow(EngineConfig().with_overrides(OFFLINE), gui_settings, autoload=True)

@@ -26,10 +26,10 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import pytest
 from PySide6.QtWidgets import QApplication, QLineEdit
 
-from app.main_window import MainWindow
-from app.server_controller import ServerState
-from app.server_panel import MODEL_COLUMNS, UNIT_COLUMNS
-from app.theme import load_stylesheet
+from app.window.main_window import MainWindow
+from app.server.controller import ServerState
+from app.server.panel import MODEL_COLUMNS, UNIT_COLUMNS
+from app.core.theme import load_stylesheet
 from engine.audio.file_sink import FileSink
 from engine.audio.file_source import FileSource
 from engine.config import STAGES, EngineConfig

@@ -9,9 +9,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import pytest
 from PySide6.QtCore import QSettings, Qt
 
-from app.main_window import MainWindow
-from app.settings import engine_keys, key_for, load_config, save_config
-from app.settings_panel import SettingsPanel
+from app.window.main_window import MainWindow
+from app.core.saved_settings import engine_keys, key_for, load_config, save_config
+from app.settings.panel import SettingsPanel
 from engine.config import STAGES, BargeIn, EngineConfig, config_fields
 try:
     from fixtures_audio import INPUTS
@@ -108,7 +108,7 @@ def test_settings_survive_a_restart(tmp_path, qtbot):
     first.fields["llm.system_prompt"].setText("You are terse, friendly, and brief.")
     first.fields["vad.threshold"].setValue(0.62)
     first.fields["turns.speculative"].setChecked(True)
-    from app.settings_fields import set_editor_value
+    from app.settings.fields import set_editor_value
     set_editor_value(first.barge_in, BargeIn.MUTE_WHILE_SPEAKING)
     config = first.config_from_widgets()
     save_config(QSettings(path, QSettings.Format.IniFormat), config)

@@ -1,4 +1,4 @@
-"""The first-run check dialog (app.setup_check), driven through its real widgets: the
+"""The first-run check dialog (app.onboarding.device_check), driven through its real widgets: the
 bundled recording as the microphone, the real offline VAD, STT and TTS models, the fake
 sound device for the devices that fail."""
 
@@ -9,10 +9,11 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QAbstractButton, QComboBox, QDialog, QLineEdit, QMainWindow, QMenu, QWidget)
 
-from app.bridge import EventBridge
-from app.controller import EngineController
-from app.settings import ui_value
-from app.setup_check import (FIRST_RUN_KEY, SetupCheckDialog, first_run_due, install, open_setup_check)
+from app.core.bridge import EventBridge
+from app.core.controller import EngineController
+from app.core.saved_settings import ui_value
+from app.onboarding.device_check import (FIRST_RUN_KEY, SetupCheckDialog, first_run_due, install,
+                                         open_setup_check)
 from engine.audio.file_sink import FileSink
 from engine.audio.file_source import FileSource
 from engine.config import EngineConfig

@@ -13,8 +13,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import pytest
 from PySide6.QtWidgets import QApplication
 
-from app import theme
-from app.main_window import MainWindow
+from app.core import theme
+from app.window.main_window import MainWindow
 from engine.config import EngineConfig
 
 try:
@@ -83,7 +83,7 @@ def test_the_system_scheme_decides_the_system_choice(qapp, monkeypatch):
 
 
 def test_view_theme_menu_switches_saves_and_repaints(qtbot, gui_settings, monkeypatch):
-    from app.appearance import ThemeController
+    from app.window.appearance import ThemeController
 
     monkeypatch.setattr(theme, "system_is_dark", lambda: False)
     window = MainWindow(EngineConfig(), gui_settings, autoload=False)
@@ -116,7 +116,7 @@ def test_view_theme_menu_switches_saves_and_repaints(qtbot, gui_settings, monkey
 
 
 def test_window_state_is_restored(qtbot, gui_settings, monkeypatch):
-    from app.window_state import restore_window_state
+    from app.core.window_state import restore_window_state
 
     first = MainWindow(EngineConfig(), gui_settings, autoload=False)
     qtbot.addWidget(first)
@@ -155,7 +155,7 @@ def test_a_damaged_window_state_is_ignored(qtbot, gui_settings):
     gui_settings.setValue("ui/tab", "17")
     window = MainWindow(EngineConfig(), gui_settings, autoload=False)
     qtbot.addWidget(window)
-    from app.window_state import restore_window_state
+    from app.core.window_state import restore_window_state
 
     restore_window_state(window, gui_settings)
     assert window.tabs.currentIndex() == 0
@@ -166,7 +166,7 @@ def test_a_damaged_window_state_is_ignored(qtbot, gui_settings):
 def test_stage_chips_restyle_and_name_the_stage_in_text_colour(qtbot):
     from engine.engine import StagePlacement
 
-    from app.status_line import StageStatus
+    from app.window.status_line import StageStatus
 
     status = StageStatus()
     qtbot.addWidget(status)

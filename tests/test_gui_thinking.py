@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 
-from app.controller import ControllerMode
-from app.conversation_view import ConversationView
-from app.main_window import MainWindow
-from app.stop_talking import playing_turn, reply_playing
+from app.core.controller import ControllerMode
+from app.conversation.view import ConversationView
+from app.window.main_window import MainWindow
+from app.conversation.stop_talking import playing_turn, reply_playing
 from engine.config import EngineConfig
 from engine.pipeline.events import FinalTranscript, ReplyText, TurnCancelled, UserSpeaking
 from engine.pipeline.metrics import Figure, Mark, Metrics
@@ -66,7 +66,7 @@ def test_thinking_shows_when_the_reply_is_late_and_goes_when_it_starts(window, q
 
 
 def test_the_thinking_sound_is_off_by_default_and_chimes_once_switched_on(window, qtbot):
-    from app.thinking_sound import chime
+    from app.conversation.thinking_sound import chime
     from engine.audio.file_sink import FileSink
 
     sinks: list[FileSink] = []

@@ -138,7 +138,7 @@ def test_the_input_level_stays_on_its_scale(sound):
 
 
 def test_the_level_meter_clamps_to_its_scale(qtbot):
-    from app.meters import LevelMeter
+    from app.performance.meters import LevelMeter
 
     meter = LevelMeter()
     qtbot.addWidget(meter)
@@ -184,7 +184,7 @@ def registry():
 @pytest.mark.slow
 def test_garbage_from_the_microphone_is_reported_never_starts_a_turn_and_crashes_nothing(
         registry, monkeypatch, qtbot):
-    from app.meters import LevelMeter
+    from app.performance.meters import LevelMeter
 
     sound = install_fake_sound(monkeypatch, FakeSoundDevice(period_s=0.008))
     from engine.audio.speaker import SpeakerSink

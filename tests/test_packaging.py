@@ -23,7 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 
-from app.resources import ICON_SIZES, app_icon, resource_path
+from app.core.resources import ICON_SIZES, app_icon, resource_path
 from engine.errors import ParleyError
 
 try:
@@ -257,7 +257,7 @@ def test_build_runs_the_app_in_a_clean_environment(monkeypatch):
 
 # ------------------------------------------------------------------ first run
 def test_download_patterns_match_what_the_backends_fetch():
-    from app.first_run import HUB_PATTERNS
+    from app.onboarding.downloads import HUB_PATTERNS
     from engine.backends.llm import transformers_lm
     from engine.backends.stt import mlx_whisper
 
@@ -266,7 +266,7 @@ def test_download_patterns_match_what_the_backends_fetch():
 
 
 def test_offline_notice_names_the_bundled_models():
-    from app.first_run import hub_downloads, offline_notice
+    from app.onboarding.downloads import hub_downloads, offline_notice
     from engine.config import EngineConfig
     from engine.runtime.hub import HubStatus
     from engine.runtime.placement import resolve_placements
@@ -296,7 +296,7 @@ def _wait_for(qapp, condition, timeout: float = 30.0) -> None:
 
 
 def test_download_dialog_offline_shows_a_clear_message_and_the_worker_ends(qapp, tmp_path):
-    from app.first_run import DownloadState, HubDownload, ModelDownloadDialog
+    from app.onboarding.downloads import DownloadState, HubDownload, ModelDownloadDialog
 
     wanted = [HubDownload("llm", "HuggingFaceTB/SmolLM2-360M-Instruct", ("*.json",))]
     dialog = ModelDownloadDialog(wanted, cache_dir=str(tmp_path))
@@ -315,7 +315,7 @@ def test_download_dialog_offline_shows_a_clear_message_and_the_worker_ends(qapp,
 
 
 def test_cancel_sets_the_state_and_the_worker_thread_ends(qapp, tmp_path):
-    from app.first_run import DownloadState, HubDownload, ModelDownloadDialog
+    from app.onboarding.downloads import DownloadState, HubDownload, ModelDownloadDialog
 
     wanted = [HubDownload("stt", "mobiuslabsgmbh/faster-whisper-large-v3-turbo", ("model.bin",))]
     dialog = ModelDownloadDialog(wanted, cache_dir=str(tmp_path))
@@ -331,7 +331,7 @@ def test_cancel_sets_the_state_and_the_worker_thread_ends(qapp, tmp_path):
 
 
 def test_a_cancelled_transfer_stops_at_the_next_chunk():
-    from app.first_run import DownloadCancelled, HubDownload, _Transfer
+    from app.onboarding.downloads import DownloadCancelled, HubDownload, _Transfer
 
     transfer = _Transfer([HubDownload("llm", "org/model", None)], None, None)
     bar = transfer.bar_class()(total=100, desc="model.safetensors")
@@ -347,7 +347,7 @@ def test_a_cancelled_transfer_stops_at_the_next_chunk():
 def test_download_dialog_fetches_a_repo_from_a_local_hub(qapp, tmp_path, local_hub):
     from huggingface_hub import snapshot_download
 
-    from app.first_run import DownloadState, HubDownload, ModelDownloadDialog
+    from app.onboarding.downloads import DownloadState, HubDownload, ModelDownloadDialog
 
     repo = local_hub.repo_id
     dialog = ModelDownloadDialog([HubDownload("llm", repo, ("*.json", "*.safetensors"))],
@@ -375,7 +375,7 @@ def test_download_dialog_fetches_a_repo_from_a_local_hub(qapp, tmp_path, local_h
 
 
 def test_cancel_stops_a_transfer_midway_and_try_again_completes_it(qapp, tmp_path, local_hub):
-    from app.first_run import DownloadState, HubDownload, ModelDownloadDialog
+    from app.onboarding.downloads import DownloadState, HubDownload, ModelDownloadDialog
 
     # 64 MB at 32 MB/s: 2 s in all. huggingface_hub reads 10 MB chunks, so Cancel pressed
     # after the first chunk stops the transfer at the second, 20 MB in.

@@ -374,7 +374,7 @@ def test_barge_in_closes_the_stream(mlx, proxy, clean):
 
 # ---------------------------------------------------------------------- the settings panel
 def test_the_settings_panel_lists_the_server_as_a_device(mlx, qtbot, clean):
-    from app.settings_panel import SettingsPanel
+    from app.settings.panel import SettingsPanel
     from engine.runtime.devices import discover_devices
 
     closed = f"http://127.0.0.1:{free_port()}/v1"

@@ -28,7 +28,7 @@ def resource_roots() -> list[Path]:
         exe = Path(sys.executable).resolve()
         if exe.parent.name == "MacOS" and exe.parent.parent.name == "Contents":
             roots.append(exe.parent.parent / "Resources")
-    roots.append(Path(__file__).resolve().parents[1])
+    roots.append(Path(__file__).resolve().parents[2])  # app/core/resources.py -> the checkout
     return roots
 
 
