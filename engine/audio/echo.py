@@ -53,7 +53,7 @@ EXTRA = "aec"
 RATE = PIPELINE_RATE
 FRAME = RATE // 100  # AEC3 works on 10 ms frames
 #: AEC3 hands back each captured sample 128 samples (8 ms) later at 16 kHz (its internal
-#: blocking); measured, and checked by tests/test_echo.py. Cleaned blocks are stamped so.
+#: blocking); measured, and checked by tests/audio/test_echo.py. Cleaned blocks are stamped so.
 APM_DELAY_SAMPLES = 128
 #: The reference runs this far ahead of the capture it is matched with (a captured frame
 #: goes in with the reply heard this much later), so the echo never comes before its

@@ -15,7 +15,7 @@ seconds). Slow waits and long holds log one aggregated warning line per interval
 
 The bookkeeping is O(1) per acquisition (running totals, bounded deques); percentiles
 and utilization are computed only in ``snapshot()``. An uncontended acquire+release
-costs a few microseconds (see tests/test_mlx_lock.py's micro-benchmark).
+costs a few microseconds (see tests/runtime/test_mlx_lock.py's micro-benchmark).
 
 There is no lock object at import time: ``get_mlx_lock()`` creates the default on first
 use, and ``set_mlx_lock()`` injects another (tests, or an engine with its own).

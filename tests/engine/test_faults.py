@@ -611,7 +611,7 @@ def test_lost_devices_keep_the_pipeline_up_and_answer_the_next_turn(registry, mo
     # No echo canceller: this fake microphone runs 4x faster than real time while the
     # reply plays, so a canceller lines reference and capture up wrongly and took the
     # first word ("one") in double talk. Cancellation has its own real-time tests
-    # (tests/test_echo.py); this test is about devices that come and go.
+    # (tests/audio/test_echo.py); this test is about devices that come and go.
     engine = make_engine(registry, **{"turns.speculative": "true", "turns.end_of_turn": "auto",
                                       "audio.echo_cancellation": "off"})
     events = Events()
@@ -710,7 +710,7 @@ def test_a_real_sound_server_that_dies_is_reported_as_a_lost_microphone(tmp_path
                                              timeout=5).returncode == 0, timeout=10, poll=0.1)
         if not up:
             pytest.skip("a private JACK server did not start here")
-        child = subprocess.Popen([sys.executable, "-c", _JACK_CHILD], cwd=Path(__file__).parents[1],
+        child = subprocess.Popen([sys.executable, "-c", _JACK_CHILD], cwd=Path(__file__).parents[2],
                                  env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
         ready = child.stdout.readline().split()

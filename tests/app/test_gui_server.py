@@ -5,7 +5,7 @@ SmolLM2-135M via transformers, Piper) into the desktop engine, starts serving tw
 pipelines from the Server tab, connects two WebSocket clients (one types a turn), and
 checks the live tables, that no model was loaded a second time, that the desktop
 conversation still answers a recording while serving, and that Stop closes every client
-and joins every thread. It writes ``server_panel.png`` (see tests/test_gui_e2e.py for
+and joins every thread. It writes ``server_panel.png`` (see tests/app/test_gui_e2e.py for
 where screenshots go). The fast tests need no model.
 
 The clients run on their own asyncio loop in a background thread, so the Qt event loop
@@ -39,7 +39,7 @@ try:
 except ImportError:  # tests/ collected as a package
     from tests.fixtures_gui import gui_settings  # noqa: F401 (fixture)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OFFLINE = {"stt.backend": "faster-whisper", "llm.backend": "transformers", "tts.backend": "piper",
            "turns.barge_in": "off", "llm.max_new_tokens": 24}
 API_KEY = "test-key-not-a-secret-7d1f"

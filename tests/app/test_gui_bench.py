@@ -23,7 +23,7 @@ try:
 except ImportError:  # tests/ collected as a package
     from tests.fixtures_gui import gui_settings  # noqa: F401 (fixture)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 AUDIO = str(ROOT / "resources" / "audio" / "one_two_three_44k.wav")
 OFFLINE = {"stt.backend": "faster-whisper", "llm.backend": "transformers", "tts.backend": "piper",
            "turns.barge_in": "off", "llm.max_new_tokens": 16}

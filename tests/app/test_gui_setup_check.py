@@ -29,7 +29,7 @@ except ImportError:  # tests/ collected as a package
     from tests.fixtures_faults import install_fake_sound, parley_threads
     from tests.fixtures_gui import gui_settings  # noqa: F401 (fixture)
     from tests.fixtures_stt import normalize
-    from tests.test_setup_check import check_models
+    from tests.audio.test_device_check import check_models
 
 WAIT_MS = 30_000
 

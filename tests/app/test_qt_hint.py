@@ -19,7 +19,7 @@ import pytest
 
 from app.main import _requested_platform, install_hint, qt_platform_problem
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QT_FLOOD = ("This application failed to start", "Available platform plugins", "Aborted",
             "core dumped")
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),

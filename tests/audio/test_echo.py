@@ -492,7 +492,7 @@ def run_room(registry, script, overrides, h, then=None, after_s=1.5, max_extra_s
     """The offline engine on a room: returns (turns, events, sink, source, canceller)."""
     from engine.engine import Engine
     from engine.runtime.hub import HubStatus
-    from tests.test_turn_taking_live import Recorder
+    from tests.engine.test_turn_taking_live import Recorder
 
     config = EngineConfig().with_overrides(overrides)
     engine = Engine(config, registry=registry, hub=HubStatus(offline=True))

@@ -8,7 +8,7 @@ them (a relative folder is taken from the repository root).
 
 Models: Silero VAD, faster-whisper tiny.en (bundled), SmolLM2-135M via transformers (its
 GGUF is converted once into PARLEY_CACHE_DIR, which conftest.py shares between tests),
-Piper joe. Run alone with ``pytest tests/test_gui_e2e.py -s`` to see the stall figures.
+Piper joe. Run alone with ``pytest tests/app/test_gui_e2e.py -s`` to see the stall figures.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ except ImportError:  # tests/ collected as a package
     from tests.fixtures_gui import StallMeter, gui_settings  # noqa: F401 (fixture)
     from tests.fixtures_stt import normalize
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # The GUI thread never runs engine work, so what remains are third-party calls that hold
 # the GIL while models load (import torch, tokenizers, from_pretrained: ~0.2 s each here)
 # and plain CPU contention. A load or a stop on the GUI thread would show as seconds.

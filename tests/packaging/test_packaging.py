@@ -31,7 +31,7 @@ try:
 except ImportError:  # tests/ collected as a package
     from tests.fixtures_hub import local_hub  # noqa: F401 (fixture)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ICONS = ROOT / "resources" / "icons"
 PACKAGING = ROOT / "packaging"
 SAMPLE = ("audio", "one_two_three_44k.wav")

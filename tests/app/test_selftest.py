@@ -17,7 +17,7 @@ import pytest
 
 from app.selftest import normalize_words
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _self_test(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:

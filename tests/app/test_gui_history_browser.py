@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (QAbstractButton, QApplication, QComboBox, QLineEd
 
 from app.history.browser import HistoryDialog, search_query
 from engine.history.store import HistoryStore, utc_iso
-from tests.test_gui_history import _record
+from tests.app.test_gui_history import _record
 
 INTERACTIVE = (QAbstractButton, QLineEdit, QComboBox, QListWidget, QTextBrowser)
 

@@ -25,9 +25,9 @@ try:
     from test_gui_history import _record
 except ImportError:  # tests/ collected as a package
     from tests.fixtures_gui import gui_settings  # noqa: F401 (fixture)
-    from tests.test_gui_history import _record
+    from tests.app.test_gui_history import _record
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OFFLINE = {"stt.backend": "faster-whisper", "llm.backend": "transformers", "tts.backend": "piper",
            "turns.barge_in": "off"}
 SIZE = (1280, 800)
