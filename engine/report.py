@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from engine.pipeline.metrics import Figure, Mark, TurnRecord, Unit
+from engine.pipeline.metrics import Figure, Mark, TurnRecord, UnitOfMeasure
 from engine.runtime.placement import Placement
 from engine.runtime.stats import percentile
 
-_DIGITS = {Unit.SECONDS: 4, Unit.RATIO: 4, Unit.RATE: 2}
+_DIGITS = {UnitOfMeasure.SECONDS: 4, UnitOfMeasure.RATIO: 4, UnitOfMeasure.RATE: 2}
 
 
 def figure_json(figure: Figure, value: float | None) -> float | int | None:
     """A figure's value as it appears in JSON: counts as integers, the rest rounded."""
-    if figure.unit is Unit.COUNT:
+    if figure.unit is UnitOfMeasure.COUNT:
         return int(value or 0)
     return _r(value, _DIGITS[figure.unit])
 
@@ -74,11 +74,11 @@ def format_value(figure: Figure, value: float | None) -> str:
     """A figure for people: milliseconds for seconds, tokens/s, plain ratios and counts."""
     if value is None:
         return "-"
-    if figure.unit is Unit.SECONDS:
+    if figure.unit is UnitOfMeasure.SECONDS:
         return f"{value * 1000:.1f} ms"
-    if figure.unit is Unit.RATE:
+    if figure.unit is UnitOfMeasure.RATE:
         return f"{value:.1f} tokens/s"
-    if figure.unit is Unit.COUNT:
+    if figure.unit is UnitOfMeasure.COUNT:
         return f"{value:.0f}"
     return f"{value:.3f}"
 

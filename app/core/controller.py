@@ -153,7 +153,7 @@ class EngineController(QObject):
         self.building = False  # a new Engine is being built; it will replace the current one
         self._pending: list[ControllerState] = []  # TRANSITIONS queued or running
         self.push_to_talk = False
-        self._gate: PushToTalkSource | None = None
+        self._ptt_source: PushToTalkSource | None = None
         self._closing = False
 
     # ------------------------------------------------------------------ discovery
@@ -299,7 +299,7 @@ class EngineController(QObject):
             return
         self.bridge.detach(old)
         self.mode = ControllerMode.IDLE
-        self._gate = None  # its microphone closes with the old engine
+        self._ptt_source = None  # its microphone closes with the old engine
         transition = self._begin(ControllerState.STARTING if was_mic else ControllerState.STOPPING)
         config, push = self.config, self.push_to_talk
 
@@ -318,7 +318,7 @@ class EngineController(QObject):
             stuck, gate = value
             self._stuck(stuck)
             if gate is not None:
-                self._adopt_gate(gate)
+                self._adopt_ptt_source(gate)
                 self.mode = ControllerMode.MIC
             self._end(transition)
             if then is not None:
@@ -382,7 +382,7 @@ class EngineController(QObject):
 
         def done(sources) -> None:
             if mode is ControllerMode.MIC:
-                self._adopt_gate(sources[0])
+                self._adopt_ptt_source(sources[0])
             self.mode = mode
             self._end(transition)
 
@@ -401,7 +401,7 @@ class EngineController(QObject):
 
         def done(stuck) -> None:
             self.mode = ControllerMode.IDLE
-            self._gate = None
+            self._ptt_source = None
             self._stuck(stuck)
             self._end(transition)
 
@@ -468,29 +468,29 @@ class EngineController(QObject):
     def set_push_to_talk(self, enabled: bool) -> None:
         """Gate the microphone behind the talk key (takes effect at once)."""
         self.push_to_talk = enabled
-        if self._gate is not None:
-            self._gate.enabled = enabled
+        if self._ptt_source is not None:
+            self._ptt_source.enabled = enabled
 
     def set_talking(self, pressed: bool) -> None:
         """The talk key went down or up."""
-        if self._gate is not None:
-            self._gate.pressed = pressed
+        if self._ptt_source is not None:
+            self._ptt_source.pressed = pressed
 
     @property
     def mic_passing(self) -> bool:
         """False while push-to-talk holds the microphone back."""
-        return self._gate is None or self._gate.passing
+        return self._ptt_source is None or self._ptt_source.passing
 
     @property
     def talking(self) -> bool:
         """True while the microphone's audio goes through."""
-        return self._gate is not None and self._gate.passing and self.mode is ControllerMode.MIC
+        return self._ptt_source is not None and self._ptt_source.passing and self.mode is ControllerMode.MIC
 
-    def _adopt_gate(self, gate: PushToTalkSource) -> None:
+    def _adopt_ptt_source(self, gate: PushToTalkSource) -> None:
         # The job built the gate with the push-to-talk setting of its start; the user may
         # have toggled it since (the gate's flags are plain attributes the VAD reads).
         gate.enabled = self.push_to_talk
-        self._gate = gate
+        self._ptt_source = gate
 
     # ------------------------------------------------------------------ audio devices
     def switch_audio(self, kind: str, device: str) -> None:
@@ -554,7 +554,7 @@ class EngineController(QObject):
 
         def done(result: _Switched | None) -> None:
             if result is not None:
-                self._adopt_gate(result.gate)
+                self._adopt_ptt_source(result.gate)
             self._end(transition)
             if result is not None and result.error is not None:
                 self.audio_switch_failed.emit(kind, kept, result.error)
@@ -595,7 +595,7 @@ class EngineController(QObject):
         if self.history_store is not None:
             self.history_store.close()
         self.mode = ControllerMode.IDLE
-        self._gate = None
+        self._ptt_source = None
         return stuck
 
     # ------------------------------------------------------------------ helpers

@@ -13,7 +13,7 @@ from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QGridLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
 
 from app.core import theme
-from engine.pipeline.metrics import Figure, Unit
+from engine.pipeline.metrics import Figure, UnitOfMeasure
 
 
 def fmt_bytes(n: int | float | None) -> str:
@@ -351,7 +351,7 @@ class LastTurnMeter(QGroupBox):
             elif key is Figure.LLM_TOKENS_PER_S:
                 tokens = t.value(Figure.LLM_TOKENS) or 0
                 label.setText(f"{value:.1f} tokens/s  ({tokens:.0f} tokens)")
-            elif key.unit is Unit.RATIO:
+            elif key.unit is UnitOfMeasure.RATIO:
                 label.setText(f"{value:.2f}")
             else:
                 label.setText(fmt_ms(value))

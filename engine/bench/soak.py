@@ -39,7 +39,8 @@ import numpy as np
 from engine.audio.base import PIPELINE_RATE, AudioBlock
 from engine.config import EngineConfig, config_fields, load_config
 from engine.errors import ConfigError, ParleyError
-from engine.pipeline.events import (EngineError, Event, TurnCancelled, TurnFinished, UserSpeaking)
+from engine.pipeline.control import CancelReason
+from engine.pipeline.events import EngineError, Event, TurnCancelled, TurnFinished, UserSpeaking
 from engine.bench.sampler import PeriodicSampler
 from engine.runtime.stats import percentile
 
@@ -239,7 +240,7 @@ class _TurnWatch:
                 self._seq += 1
             elif isinstance(event, TurnFinished):
                 self.ended[event.record.turn_id] = "finished"
-            elif isinstance(event, TurnCancelled) and event.reason != "reopened":
+            elif isinstance(event, TurnCancelled) and event.reason != CancelReason.REOPENED:
                 self.ended[event.turn_id] = event.reason
             elif isinstance(event, EngineError):
                 self.errors.append(f"{event.stage}: {event.message}")

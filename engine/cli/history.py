@@ -16,7 +16,7 @@ from pathlib import Path
 
 from engine.cli.output import write_json
 from engine.errors import ParleyError
-from engine.history.store import (EXPORT_FORMATS, Conversation, HistoryError, HistoryStore,
+from engine.history.store import (EXPORT_FORMATS, StoredConversation, HistoryError, HistoryStore,
                                   describe_placement, history_path, local_time, parse_day)
 
 COMMANDS = ("list", "show", "search", "export", "delete")
@@ -165,7 +165,7 @@ def _delete(store: HistoryStore, args: argparse.Namespace, _day) -> int:
 _COMMANDS = {"list": _list, "show": _show, "search": _search, "export": _export, "delete": _delete}
 
 
-def format_conversation(conversation: Conversation) -> str:
+def format_conversation(conversation: StoredConversation) -> str:
     """A conversation for the terminal: a header line, then a few lines per turn."""
     lines = [f"conversation {conversation.id} · started {local_time(conversation.started_at)} · "
              f"{conversation.source}"]

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ParleyError
+from engine.pipeline.control import CancelReason
 from engine.pipeline.events import Event, TurnCancelled, TurnFinished
 from engine.pipeline.metrics import TurnRecord
 
@@ -53,7 +54,6 @@ APPLICATION_ID = 0x50524C59  # "PRLY": marks a Parley history database
 DB_NAME = "history.db"
 EXPORT_FORMATS = ("md", "json")
 _TURN_KEYS = ("turn_id", "transcript", "reply", "cancelled", "timeline")  # turn_dict's non-figures
-_BARGE_IN = "barge-in"  # engine.pipeline.chat_history.BARGE_IN
 
 
 class HistoryError(ParleyError):
@@ -151,7 +151,7 @@ class ConversationSummary:
 
 
 @dataclass(frozen=True, slots=True)
-class Conversation:
+class StoredConversation:
     id: int
     started_at: str
     title: str
@@ -533,7 +533,7 @@ class HistoryStore:
             sql += f" LIMIT {int(limit)}"
         return [ConversationSummary(*row) for row in self._query(sql, params)]
 
-    def conversation(self, conversation_id: int) -> Conversation:
+    def conversation(self, conversation_id: int) -> StoredConversation:
         """A conversation with its turns in the order they finished."""
         with self._lock:
             cid, started, title, source, placements = self._require(conversation_id)
@@ -542,7 +542,7 @@ class HistoryStore:
                                "WHERE conversation_id=? ORDER BY id", (conversation_id,))
         turns = tuple(StoredTurn(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7]),
                                  json.loads(r[8]), json.loads(r[9]), json.loads(r[10])) for r in rows)
-        return Conversation(cid, started, title, source, json.loads(placements), turns)
+        return StoredConversation(cid, started, title, source, json.loads(placements), turns)
 
     def search(self, query: str, limit: int = 50, *, literal: bool = False,
                marks: tuple[str, str] = ("[", "]")) -> list[SearchHit]:
@@ -596,7 +596,7 @@ def _models(placements: list[dict]) -> list[str]:
     return [f"  - {describe_placement(p)}" for p in placements]
 
 
-def conversation_markdown(conversation: Conversation) -> str:
+def conversation_markdown(conversation: StoredConversation) -> str:
     """A conversation as a Markdown document: a header, then each turn's words."""
     title = conversation.title or f"Conversation {conversation.id}"
     lines = [f"# {title}", "",
@@ -677,7 +677,7 @@ class HistoryRecorder:
         """The event listener: queue a finished (or cut-off) turn; never touches disk."""
         if isinstance(event, TurnFinished):
             self._queue.put((event.record, False, self._placements(), utc_now()))
-        elif isinstance(event, TurnCancelled) and event.reason == _BARGE_IN and self._metrics:
+        elif isinstance(event, TurnCancelled) and event.reason == CancelReason.BARGE_IN and self._metrics:
             record = self._metrics.turn(event.unit, event.turn_id)
             if record is not None:
                 self._queue.put((record, True, self._placements(), utc_now()))

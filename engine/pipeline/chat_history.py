@@ -5,10 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-REOPENED = "reopened"
-BARGE_IN = "barge-in"
-CLEARED = "cleared"  # the client threw away the audio of the turn in progress
-NEW_CONVERSATION = "new conversation"  # the history is being cleared: drop all work in flight
+from engine.pipeline.control import CancelReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,7 +15,7 @@ class Exchange:
     assistant: str
 
 
-class Conversation:
+class ChatHistory:
     """One unit's exchanges, bounded; the prompt takes the last ``history_turns`` of them.
 
     The system prompt and the history length are read per turn (they are runtime
@@ -55,11 +52,11 @@ class Conversation:
         with self._lock:
             self._exchanges.clear()
 
-    def on_cancel(self, turn_id: int, reason: str) -> None:
+    def on_cancel(self, turn_id: int, reason: CancelReason) -> None:
         """A reopened turn vanishes (its new revision will be added); a barged-in reply is
         dropped but the user's words stay, since they were really said."""
         with self._lock:
-            if reason in (REOPENED, CLEARED, NEW_CONVERSATION):
+            if reason in (CancelReason.REOPENED, CancelReason.CLEARED, CancelReason.NEW_CONVERSATION):
                 self._exchanges = [e for e in self._exchanges if e.turn_id != turn_id]
             else:
                 self._exchanges = [Exchange(e.turn_id, e.user, "") if e.turn_id == turn_id else e

@@ -7,8 +7,20 @@ LLM and TTS loops check ``is_stale`` per token and per chunk.
 
 from __future__ import annotations
 
+import enum
 import threading
 from collections.abc import Callable
+
+
+class CancelReason(enum.StrEnum):
+    """Why a turn's work is dropped: ``TurnControl.cancel_turn``/``cancel_all`` and
+    ``TurnCancelled.reason``. A StrEnum, so the JSON and the wire carry the same words."""
+
+    BARGE_IN = "barge-in"  # the user spoke over the reply
+    REOPENED = "reopened"  # the user went on speaking inside the grace; the turn is redone
+    CLEARED = "cleared"  # the client threw away the audio of the turn in progress
+    NEW_CONVERSATION = "new conversation"  # the history is being cleared: drop all work in flight
+    FAILED = "error"  # a stage failed on the turn (an EngineError names it)
 
 
 class TurnControl:
@@ -25,7 +37,7 @@ class TurnControl:
         self._generation = 0
         self._global_floor = 0
         self._turn_floor: dict[int, int] = {}
-        self._on_cancel: list[Callable[[int, str], None]] = []
+        self._on_cancel: list[Callable[[int, CancelReason], None]] = []
 
     @property
     def generation(self) -> int:
@@ -40,7 +52,7 @@ class TurnControl:
         """True when work of ``turn_id`` made under ``generation`` has been cancelled."""
         return generation < self.floor(turn_id)
 
-    def on_cancel(self, callback: Callable[[int, str], None]) -> None:
+    def on_cancel(self, callback: Callable[[int, CancelReason], None]) -> None:
         """Call ``callback(turn_id, reason)`` inside every cancel, under the lock.
 
         Used by the conversation history to drop a cancelled turn atomically with the
@@ -48,7 +60,7 @@ class TurnControl:
         """
         self._on_cancel.append(callback)
 
-    def cancel_turn(self, turn_id: int, reason: str) -> int:
+    def cancel_turn(self, turn_id: int, reason: CancelReason) -> int:
         """Drop the work of one turn (it is being redone); returns its new generation."""
         with self._lock:
             self._generation += 1
@@ -60,7 +72,7 @@ class TurnControl:
                 callback(turn_id, reason)
             return self._generation
 
-    def cancel_all(self, turn_id: int, reason: str) -> int:
+    def cancel_all(self, turn_id: int, reason: CancelReason) -> int:
         """Drop all work in flight (``turn_id`` is the reply cut off); new generation."""
         with self._lock:
             self._generation += 1
@@ -78,7 +90,7 @@ class TurnControl:
             return True
 
 
-class TurnGate:
+class EventHold:
     """Holds a turn's user-visible events until the turn is committed.
 
     With speculative turns, STT and LLM run while the user may still resume. Their final

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from engine.pipeline.control import CancelReason
 from engine.pipeline.metrics import TurnRecord
 
 
@@ -48,19 +49,15 @@ class ReplyText(Event):
     text: str
 
 
-#: ``TurnCancelled.reason`` of a turn that ended because a stage failed on it.
-TURN_FAILED = "error"
-
-
 @dataclass(frozen=True, slots=True)
 class TurnCancelled(Event):
     """A turn's reply ends unfinished. ``reason``: "barge-in", "reopened" (the user went
     on speaking; the turn is redone), "cleared" (a client threw its audio away) or
-    "error" (``TURN_FAILED``: a stage failed on it; an ``EngineError`` with the same
+    "error" (``CancelReason.FAILED``: a stage failed on it; an ``EngineError`` with the same
     ``turn_id`` names the stage and the cause). No ``TurnFinished`` follows an "error"."""
 
     turn_id: int
-    reason: str
+    reason: CancelReason
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ class Mark(enum.StrEnum):
     BARGE_IN = "barge_in"  # the user's new speech cut this reply off
 
 
-class Unit(enum.Enum):
+class UnitOfMeasure(enum.Enum):
     """How a figure is shown and rounded."""
 
     SECONDS = "s"
@@ -58,12 +58,12 @@ class Figure(enum.StrEnum):
     """
 
     label: str
-    unit: Unit
+    unit: UnitOfMeasure
     derived: bool
     report: bool
     bench: bool
 
-    def __new__(cls, key: str, label: str, unit: Unit, *flags: str) -> Figure:
+    def __new__(cls, key: str, label: str, unit: UnitOfMeasure, *flags: str) -> Figure:
         member = str.__new__(cls, key)
         member._value_ = key
         member.label = label
@@ -73,45 +73,45 @@ class Figure(enum.StrEnum):
         member.bench = "bench" in flags
         return member
 
-    VOICE_TO_VOICE_S = ("voice_to_voice_s", "voice-to-voice", Unit.SECONDS,
+    VOICE_TO_VOICE_S = ("voice_to_voice_s", "voice-to-voice", UnitOfMeasure.SECONDS,
                         "derived", "report", "bench")
-    SILENCE_WAIT_S = ("silence_wait_s", "turn-taking wait (VAD + grace)", Unit.SECONDS,
+    SILENCE_WAIT_S = ("silence_wait_s", "turn-taking wait (VAD + grace)", UnitOfMeasure.SECONDS,
                       "derived", "report", "bench")
-    STT_COMPUTE_S = ("stt_compute_s", "STT compute (final segment)", Unit.SECONDS,
+    STT_COMPUTE_S = ("stt_compute_s", "STT compute (final segment)", UnitOfMeasure.SECONDS,
                      "report", "bench")
-    LLM_FIRST_CHUNK_COMPUTE_S = ("llm_first_chunk_compute_s", "LLM to first clause", Unit.SECONDS,
+    LLM_FIRST_CHUNK_COMPUTE_S = ("llm_first_chunk_compute_s", "LLM to first clause", UnitOfMeasure.SECONDS,
                                  "report", "bench")
-    TTS_FIRST_COMPUTE_S = ("tts_first_compute_s", "TTS first chunk", Unit.SECONDS,
+    TTS_FIRST_COMPUTE_S = ("tts_first_compute_s", "TTS first chunk", UnitOfMeasure.SECONDS,
                            "report", "bench")
-    ENGINE_OVERHEAD_S = ("engine_overhead_s", "engine overhead", Unit.SECONDS,
+    ENGINE_OVERHEAD_S = ("engine_overhead_s", "engine overhead", UnitOfMeasure.SECONDS,
                          "derived", "report", "bench")
-    LLM_TOKENS = ("llm_tokens", "LLM tokens", Unit.COUNT, "report")
-    LLM_PROMPT_TOKENS = ("llm_prompt_tokens", "LLM prompt tokens prefilled", Unit.COUNT, "report")
-    LLM_TOKENS_PER_S = ("llm_tokens_per_s", "LLM decode", Unit.RATE, "report", "bench")
-    STT_RTF = ("stt_rtf", "STT real-time factor", Unit.RATIO, "report", "bench")
-    TTS_RTF = ("tts_rtf", "TTS real-time factor", Unit.RATIO, "derived", "report", "bench")
-    DROPPED_REVISIONS = ("dropped_revisions", "dropped revisions", Unit.COUNT, "report")
-    LLM_HISTORY_TURNS = ("llm_history_turns", "past turns in the prompt", Unit.COUNT)
-    TTS_COMPUTE_S = ("tts_compute_s", "TTS compute (whole reply)", Unit.SECONDS)
-    TTS_AUDIO_S = ("tts_audio_s", "TTS audio made", Unit.SECONDS)
+    LLM_TOKENS = ("llm_tokens", "LLM tokens", UnitOfMeasure.COUNT, "report")
+    LLM_PROMPT_TOKENS = ("llm_prompt_tokens", "LLM prompt tokens prefilled", UnitOfMeasure.COUNT, "report")
+    LLM_TOKENS_PER_S = ("llm_tokens_per_s", "LLM decode", UnitOfMeasure.RATE, "report", "bench")
+    STT_RTF = ("stt_rtf", "STT real-time factor", UnitOfMeasure.RATIO, "report", "bench")
+    TTS_RTF = ("tts_rtf", "TTS real-time factor", UnitOfMeasure.RATIO, "derived", "report", "bench")
+    DROPPED_REVISIONS = ("dropped_revisions", "dropped revisions", UnitOfMeasure.COUNT, "report")
+    LLM_HISTORY_TURNS = ("llm_history_turns", "past turns in the prompt", UnitOfMeasure.COUNT)
+    TTS_COMPUTE_S = ("tts_compute_s", "TTS compute (whole reply)", UnitOfMeasure.SECONDS)
+    TTS_AUDIO_S = ("tts_audio_s", "TTS audio made", UnitOfMeasure.SECONDS)
     # Learned end of turn, at the decision: each signal, their combination, and whether
     # the turn was committed before its grace ran out (1) or waited for it (0).
-    EOT_AUDIO_P = ("end_of_turn_audio_p", "end of turn: audio model", Unit.RATIO, "report")
-    EOT_TEXT_P = ("end_of_turn_text_p", "end of turn: text signal", Unit.RATIO, "report")
-    EOT_SCORE = ("end_of_turn_score", "end of turn: combined", Unit.RATIO, "report")
-    EOT_EARLY = ("end_of_turn_early", "committed before the grace ended", Unit.COUNT, "report")
+    EOT_AUDIO_P = ("end_of_turn_audio_p", "end of turn: audio model", UnitOfMeasure.RATIO, "report")
+    EOT_TEXT_P = ("end_of_turn_text_p", "end of turn: text signal", UnitOfMeasure.RATIO, "report")
+    EOT_SCORE = ("end_of_turn_score", "end of turn: combined", UnitOfMeasure.RATIO, "report")
+    EOT_EARLY = ("end_of_turn_early", "committed before the grace ended", UnitOfMeasure.COUNT, "report")
     # Time to first token, and what a remote stage (an OpenAI-compatible server) spends on
     # the network apart from the server's work: "network" is connecting (0 on a kept-alive
     # connection) plus sending the request (the audio, for STT); "headers" runs from the
     # request's start to the response headers (a streamed reply sends them before it
     # generates, a non-streamed one after its work). None where the stage is local.
-    LLM_FIRST_TOKEN_S = ("llm_first_token_s", "LLM time to first token", Unit.SECONDS, "report")
-    LLM_NETWORK_S = ("llm_network_s", "LLM network (connect + send)", Unit.SECONDS, "report")
-    LLM_HEADERS_S = ("llm_headers_s", "LLM time to response headers", Unit.SECONDS, "report")
-    STT_NETWORK_S = ("stt_network_s", "STT network (connect + upload)", Unit.SECONDS, "report")
-    STT_HEADERS_S = ("stt_headers_s", "STT time to response headers", Unit.SECONDS, "report")
-    TTS_NETWORK_S = ("tts_network_s", "TTS network (connect + send)", Unit.SECONDS, "report")
-    TTS_HEADERS_S = ("tts_headers_s", "TTS time to response headers", Unit.SECONDS, "report")
+    LLM_FIRST_TOKEN_S = ("llm_first_token_s", "LLM time to first token", UnitOfMeasure.SECONDS, "report")
+    LLM_NETWORK_S = ("llm_network_s", "LLM network (connect + send)", UnitOfMeasure.SECONDS, "report")
+    LLM_HEADERS_S = ("llm_headers_s", "LLM time to response headers", UnitOfMeasure.SECONDS, "report")
+    STT_NETWORK_S = ("stt_network_s", "STT network (connect + upload)", UnitOfMeasure.SECONDS, "report")
+    STT_HEADERS_S = ("stt_headers_s", "STT time to response headers", UnitOfMeasure.SECONDS, "report")
+    TTS_NETWORK_S = ("tts_network_s", "TTS network (connect + send)", UnitOfMeasure.SECONDS, "report")
+    TTS_HEADERS_S = ("tts_headers_s", "TTS time to response headers", UnitOfMeasure.SECONDS, "report")
 
 
 class UndeclaredError(ValueError):

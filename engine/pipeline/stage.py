@@ -13,7 +13,7 @@ A stage that fails on a message reports it and ends that message's turn, and goe
 with the next message. The report is an ``EngineError`` naming the stage, the cause (an
 out-of-memory error with the stage's device memory figures) and the turn. Ending the
 turn cancels it as a reopened turn is cancelled (``TurnControl.cancel_turn``, reason
-``TURN_FAILED``): every stage drops the rest of its work, and a ``TurnCancelled(reason=
+``CancelReason.FAILED``): every stage drops the rest of its work, and a ``TurnCancelled(reason=
 "error")`` event follows, released like the turn's other events when the turn is
 committed (so a turn the user goes on speaking into is redone, not failed); the turn's
 record is then marked cancelled. The pipeline stays up and the next turn runs as usual.
@@ -35,9 +35,9 @@ from typing import Any
 
 from engine.audio.base import AudioBlock, AudioSource
 from engine.config import EngineConfig
-from engine.pipeline.control import TurnControl, TurnGate
+from engine.pipeline.control import CancelReason, TurnControl, EventHold
 from engine.errors import ParleyError, describe_failure, is_out_of_memory, release_cached_memory
-from engine.pipeline.events import TURN_FAILED, EngineError, Event, EventHub, TurnCancelled
+from engine.pipeline.events import EngineError, Event, EventHub, TurnCancelled
 from engine.pipeline.messages import EndOfStream, Message, SpeechSegment, TextChunk, Transcript
 from engine.pipeline.metrics import Metrics
 from engine.stages.end_of_turn.board import TurnEndBoard
@@ -67,18 +67,18 @@ class StageContext:
         self.config = config  # replaced whole (one reference write), never mutated
         self.stopping = threading.Event()
         self.turn_end = TurnEndBoard()  # learned end of turn: the signals of a turn in grace
-        self.gate = TurnGate(control, self._release)
+        self.held = EventHold(control, self._release)
 
     def fail_turn(self, turn_id: int) -> None:
         """End ``turn_id`` because a stage failed on it: drop its work in every stage now;
         report ``TurnCancelled(reason="error")`` (and mark the record cancelled) once the
         turn is committed, or never if it is redone first (the user went on speaking)."""
-        generation = self.control.cancel_turn(turn_id, TURN_FAILED)
-        self.gate.emit(turn_id, generation, TurnCancelled(self.unit, turn_id, TURN_FAILED))
+        generation = self.control.cancel_turn(turn_id, CancelReason.FAILED)
+        self.held.emit(turn_id, generation, TurnCancelled(self.unit, turn_id, CancelReason.FAILED))
 
     def _release(self, event: Event) -> None:
         """A turn's held event goes out (the gate released it)."""
-        if isinstance(event, TurnCancelled) and event.reason == TURN_FAILED:
+        if isinstance(event, TurnCancelled) and event.reason == CancelReason.FAILED:
             self.metrics.set_cancelled(self.unit, event.turn_id)
         self.events.emit(event)
 

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from engine.audio.base import AudioSink, AudioSource
 from engine.audio.echo import canceller_for
 from engine.config import EngineConfig
-from engine.pipeline.control import TurnControl
-from engine.pipeline.chat_history import BARGE_IN, NEW_CONVERSATION, Conversation
+from engine.pipeline.control import CancelReason, TurnControl
+from engine.pipeline.chat_history import ChatHistory
 from engine.pipeline.events import EngineError, EventHub
 from engine.pipeline.messages import Transcript
 from engine.pipeline.metrics import Mark, Metrics
@@ -20,7 +20,7 @@ from engine.stages.llm_stage import LlmStage
 from engine.stages.sink_stage import SinkStage
 from engine.stages.stt_stage import SttStage
 from engine.stages.tts_stage import TtsStage
-from engine.stages.vad_stage import PartialGate, VadStage
+from engine.stages.vad_stage import PartialSequence, VadStage
 from engine.stages.end_of_turn.board import AudioScorer
 
 
@@ -42,18 +42,18 @@ class PipelineUnit:
         self.sink = sink
         self.control = TurnControl()
         self.ctx = StageContext(unit, self.control, metrics, events, config)
-        self.conversation = Conversation()
-        self.control.on_cancel(self.conversation.on_cancel)
+        self.chat_history = ChatHistory()
+        self.control.on_cancel(self.chat_history.on_cancel)
         # One echo canceller per unit: playback feeds it what is heard, the VAD stage cleans
         # the input with it (None without livekit, or when the reply is not on a speaker).
         self.echo = canceller_for(lambda: self.ctx.config, sink)
         self.playback = Playback(unit, sink, self.control, metrics, events,
                                  echo=None if self.echo is None else self.echo.tap(sink))
-        gate = PartialGate()
-        self.vad = VadStage(self.ctx, models["vad"], source, self.playback, gate, next_turn_id,
+        partials = PartialSequence()
+        self.vad = VadStage(self.ctx, models["vad"], source, self.playback, partials, next_turn_id,
                             echo=self.echo)
-        self.stt = SttStage(self.ctx, models["stt"], gate)
-        self.llm = LlmStage(self.ctx, models["llm"], self.conversation)
+        self.stt = SttStage(self.ctx, models["stt"], partials)
+        self.llm = LlmStage(self.ctx, models["llm"], self.chat_history)
         self.tts = TtsStage(self.ctx, models["tts"])
         self.sink_stage = SinkStage(self.ctx, self.playback)
         self.vad.connect(self.stt).connect(self.llm).connect(self.tts).connect(self.sink_stage)
@@ -109,7 +109,7 @@ class PipelineUnit:
         for mark in (Mark.SPEECH_START, Mark.SPEECH_END, Mark.COMMITTED):
             metrics.mark(unit, turn, mark, now)
         metrics.set_transcript(unit, turn, text)
-        self.ctx.gate.commit(turn)
+        self.ctx.held.commit(turn)
         self.playback.commit(turn)
         self.vad.note_reply(turn)
         self.llm.put(Transcript(turn, self.control.generation, text, True, now))
@@ -136,9 +136,9 @@ class PipelineUnit:
             self.interrupt()  # heard or on its way: cut off and reported, as Interrupt does
         # Every generation so far becomes stale: queued transcripts and clauses are dropped,
         # and an LLM reply finishing now cannot add its exchange (run_if_current).
-        self.control.cancel_all(turn, NEW_CONVERSATION)
+        self.control.cancel_all(turn, CancelReason.NEW_CONVERSATION)
         self.playback.cut()
-        self.conversation.clear()
+        self.chat_history.clear()
         reset = self.llm.reset_session()
         deadline = time.monotonic() + timeout
         while not reset.wait(0.1):
@@ -156,7 +156,7 @@ class PipelineUnit:
     def stop(self, timeout: float) -> list[str]:
         """Stop and join everything; returns the names of threads that did not end."""
         self.ctx.stopping.set()
-        self.control.cancel_all(self.vad.turn_id, BARGE_IN)  # LLM/TTS loops stop at once
+        self.control.cancel_all(self.vad.turn_id, CancelReason.BARGE_IN)  # LLM/TTS loops stop at once
         self.source.close()
         self.playback.cut()
         stuck = [s.name for s in self.stages if not s.join(timeout)]

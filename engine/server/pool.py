@@ -121,7 +121,7 @@ class UnitPool:
         heard = [t.voice_to_voice for t in mine if t.finished and t.voice_to_voice is not None]
         return {
             "unit": lease.unit, "state": "busy", "client": lease.client, "turns": len(mine),
-            "history_turns": len(lease.pipeline.conversation.exchanges()),
+            "history_turns": len(lease.pipeline.chat_history.exchanges()),
             "stage": current_stage(mine[-1] if mine else None, lease.pipeline.sink.is_playing),
             "last_voice_to_voice_s": round(heard[-1], 4) if heard else None,
         }

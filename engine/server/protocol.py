@@ -34,6 +34,7 @@ from typing import Any, Protocol
 from engine.audio.base import InputMarker
 from engine.config import EndOfTurn, EngineConfig
 from engine.errors import ConfigError
+from engine.pipeline.control import CancelReason
 from engine.pipeline.events import (EngineError, Event, FinalTranscript, PartialTranscript, ReplyText,
                                     TurnCancelled, TurnFinished, UserSpeaking)
 from engine.pipeline.metrics import Figure, Mark
@@ -410,11 +411,11 @@ class RealtimeSession:
                               usage={"type": "duration", "seconds": round(max(0.0, seconds), 3)}))
 
     def _cancelled(self, event: TurnCancelled) -> None:
-        if event.reason == "cleared":
+        if event.reason == CancelReason.CLEARED:
             self._items.pop(event.turn_id, None)
             self._partial_sent.pop(event.turn_id, None)
             return
-        if event.reason != "barge-in":
+        if event.reason != CancelReason.BARGE_IN:
             return  # a reopened turn goes on as the same item; its response is not made yet
         for response in self.responses.active():  # barge-in cancels every reply in flight
             reason = "client_cancelled" if response.cancel_requested else "turn_detected"

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from engine.backends.base import GenerationOptions
 from engine.stages.chunker import ClauseChunker
 from engine.config import EndOfTurn
-from engine.pipeline.chat_history import Conversation
+from engine.pipeline.chat_history import ChatHistory
 from engine.pipeline.events import ReplyText
 from engine.pipeline.messages import Message, TextChunk, Transcript
 from engine.pipeline.metrics import Figure, Mark
@@ -25,10 +25,10 @@ class LlmStage(Stage):
     KV cache (a new conversation), likewise in the stage thread between two messages.
     """
 
-    def __init__(self, ctx: StageContext, model, conversation: Conversation) -> None:
+    def __init__(self, ctx: StageContext, model, chat_history: ChatHistory) -> None:
         super().__init__("llm", ctx, model, maxsize=8)
         self.session = model.new_session()
-        self.conversation = conversation
+        self.chat_history = chat_history
         self._reset_lock = threading.Lock()
         self._pending_reset: threading.Event | None = None
 
@@ -76,7 +76,7 @@ class LlmStage(Stage):
         # A speculative turn under learned end of turn: the prefill also tells how likely
         # the user's message ends here, which the source stage weighs with the audio model.
         score = (self.ctx.config.turns.end_of_turn is EndOfTurn.LEARNED
-                 and not self.ctx.gate.committed(turn))
+                 and not self.ctx.held.committed(turn))
         options = dataclasses.replace(GenerationOptions.from_config(config),
                                       score_end_of_turn=score)
         start = time.perf_counter()
@@ -92,7 +92,7 @@ class LlmStage(Stage):
         def figure(name: Figure, value: float) -> None:
             metrics.figure(unit, turn, name, value, generation=gen)
 
-        messages = self.conversation.messages_for(msg.text, config.system_prompt,
+        messages = self.chat_history.messages_for(msg.text, config.system_prompt,
                                                   config.history_turns)
         figure(Figure.LLM_HISTORY_TURNS, sum(m["role"] == "user" for m in messages) - 1)
         for step in self.session.generate(messages, options, should_stop):
@@ -129,7 +129,7 @@ class LlmStage(Stage):
             if first:
                 figure(Figure.LLM_FIRST_CHUNK_COMPUTE_S, time.perf_counter() - start)
         reply = " ".join(spoken)
-        control.run_if_current(turn, gen, lambda: self.conversation.append(turn, msg.text, reply))
+        control.run_if_current(turn, gen, lambda: self.chat_history.append(turn, msg.text, reply))
         yield self._chunk(turn, gen, rest, last=True)
 
     def _chunk(self, turn: int, gen: int, text: str, last: bool = False) -> TextChunk:
@@ -137,5 +137,5 @@ class LlmStage(Stage):
             self.ctx.metrics.mark(self.ctx.unit, turn, Mark.TTS_FIRST_TEXT, time.perf_counter(),
                                   generation=gen)
             self.ctx.metrics.add_reply(self.ctx.unit, turn, text + " ", gen)
-            self.ctx.gate.emit(turn, gen, ReplyText(self.ctx.unit, turn, text))
+            self.ctx.held.emit(turn, gen, ReplyText(self.ctx.unit, turn, text))
         return TextChunk(turn, gen, text, last)

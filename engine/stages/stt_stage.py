@@ -9,7 +9,7 @@ from engine.pipeline.events import FinalTranscript, PartialTranscript
 from engine.pipeline.messages import Message, SpeechSegment, Transcript
 from engine.pipeline.metrics import Figure, Mark
 from engine.pipeline.stage import Stage, StageContext
-from engine.stages.vad_stage import PartialGate
+from engine.stages.vad_stage import PartialSequence
 
 
 def stable_prefix(previous: str, current: str) -> tuple[str, str]:
@@ -25,9 +25,9 @@ def stable_prefix(previous: str, current: str) -> tuple[str, str]:
 class SttStage(Stage):
     """Runs the shared STT model in this unit's thread."""
 
-    def __init__(self, ctx: StageContext, model, gate: PartialGate) -> None:
+    def __init__(self, ctx: StageContext, model, partials: PartialSequence) -> None:
         super().__init__("stt", ctx, model, maxsize=8)
-        self.gate = gate
+        self.partials = partials
         self._last_partial: dict[int, str] = {}
 
     def process(self, msg: Message) -> Iterator[Message]:
@@ -38,11 +38,11 @@ class SttStage(Stage):
         options = self.ctx.config.stt
         language = options.language or None
         if not msg.final:
-            if msg.revision < self.gate.latest:
+            if msg.revision < self.partials.latest:
                 metrics.dropped_stale("stt-partial")
                 return  # a newer partial (or the final segment) is already on its way
             result = self.model.transcribe(msg.audio, language, options.beam_size)
-            if self.is_stale(msg) or msg.revision < self.gate.final:
+            if self.is_stale(msg) or msg.revision < self.partials.final:
                 return
             stable, unstable = stable_prefix(self._last_partial.get(msg.turn_id, ""), result.text)
             self._last_partial[msg.turn_id] = result.text
@@ -62,5 +62,5 @@ class SttStage(Stage):
             metrics.figure(unit, msg.turn_id, name, value, generation=msg.generation)  # share
         metrics.set_transcript(unit, msg.turn_id, text, msg.generation)
         self._last_partial.pop(msg.turn_id, None)
-        self.ctx.gate.emit(msg.turn_id, msg.generation, FinalTranscript(unit, msg.turn_id, text))
+        self.ctx.held.emit(msg.turn_id, msg.generation, FinalTranscript(unit, msg.turn_id, text))
         yield Transcript(msg.turn_id, msg.generation, text, True, msg.t_speech_end)

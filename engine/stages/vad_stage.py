@@ -24,8 +24,8 @@ from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSource, InputMarke
 from engine.audio.echo import EchoCanceller
 from engine.audio.health import DeviceState, HealthLog, HealthReport, SampleGuard
 from engine.config import BargeIn, EndOfTurn, EngineConfig
-from engine.pipeline.chat_history import BARGE_IN, CLEARED, REOPENED
-from engine.pipeline.events import TURN_FAILED, AudioStatus, EngineError, TurnCancelled, UserSpeaking
+from engine.pipeline.control import CancelReason
+from engine.pipeline.events import AudioStatus, EngineError, TurnCancelled, UserSpeaking
 from engine.pipeline.messages import Message, SpeechSegment
 from engine.pipeline.metrics import Figure, Mark
 from engine.pipeline.playback import Playback
@@ -35,7 +35,7 @@ from engine.stages.turns import Committed, Partial, Reopened, SegmentEnded, Star
 _HEALTH_POLL_S = 0.1  # how often the devices' health is collected
 
 
-class PartialGate:
+class PartialSequence:
     """Sequence numbers shared by VAD and STT for live transcription.
 
     ``latest``: the newest partial; STT skips an older one before spending compute on it.
@@ -52,12 +52,12 @@ class VadStage(SourceStage):
     """Source -> frames -> speech probability -> turn events -> segments for STT."""
 
     def __init__(self, ctx: StageContext, vad_model, source: AudioSource, playback: Playback,
-                 gate: PartialGate, next_turn_id: Callable[[], int],
+                 partials: PartialSequence, next_turn_id: Callable[[], int],
                  echo: EchoCanceller | None = None) -> None:
         super().__init__("vad", ctx, source, vad_model)
         self.playback = playback
         self.echo = echo  # takes the reply's own echo out before the VAD hears the input
-        self.gate = gate
+        self.partials = partials
         self._next_turn_id = next_turn_id
         self.turn_id = 0
         self._partial_seq = 0
@@ -165,12 +165,12 @@ class VadStage(SourceStage):
         if turn_id != self.turn_id or not self.detector.in_turn:
             return super().end_failed_turn(turn_id)
         ctx = self.ctx
-        ctx.control.cancel_turn(turn_id, TURN_FAILED)
+        ctx.control.cancel_turn(turn_id, CancelReason.FAILED)
         self.detector.reset()
         self._pending = np.zeros(0, np.float32)
         ctx.metrics.set_cancelled(ctx.unit, turn_id)
         ctx.events.emit(UserSpeaking(ctx.unit, turn_id, False))
-        ctx.events.emit(TurnCancelled(ctx.unit, turn_id, TURN_FAILED))
+        ctx.events.emit(TurnCancelled(ctx.unit, turn_id, CancelReason.FAILED))
 
     def after_read(self) -> None:
         now = time.monotonic()
@@ -194,9 +194,9 @@ class VadStage(SourceStage):
     def _clear(self) -> None:
         """Forget the turn in progress: its audio, and any work already started on it."""
         if self.detector.in_turn:
-            self.ctx.control.cancel_turn(self.turn_id, CLEARED)
+            self.ctx.control.cancel_turn(self.turn_id, CancelReason.CLEARED)
             self.ctx.events.emit(UserSpeaking(self.ctx.unit, self.turn_id, False))
-            self.ctx.events.emit(TurnCancelled(self.ctx.unit, self.turn_id, CLEARED))
+            self.ctx.events.emit(TurnCancelled(self.ctx.unit, self.turn_id, CancelReason.CLEARED))
         self.detector.reset()
         self._pending = np.zeros(0, np.float32)
 
@@ -210,7 +210,7 @@ class VadStage(SourceStage):
             ctx.events.emit(UserSpeaking(unit, self.turn_id, True))
         elif isinstance(event, Partial):
             self._partial_seq += 1
-            self.gate.latest = self._partial_seq
+            self.partials.latest = self._partial_seq
             yield SpeechSegment(self.turn_id, ctx.control.generation, event.audio, PIPELINE_RATE,
                                 False, event.t_speech_start, time.perf_counter(), self._partial_seq)
         elif isinstance(event, SegmentEnded):
@@ -218,9 +218,9 @@ class VadStage(SourceStage):
             self._segment_generation = ctx.control.generation
             yield self._final(event.audio, event.t_speech_start, event.t_speech_end)
         elif isinstance(event, Reopened):
-            generation = ctx.control.cancel_turn(self.turn_id, REOPENED)
+            generation = ctx.control.cancel_turn(self.turn_id, CancelReason.REOPENED)
             ctx.metrics.reset_turn_work(unit, self.turn_id, generation)
-            ctx.events.emit(TurnCancelled(unit, self.turn_id, REOPENED))
+            ctx.events.emit(TurnCancelled(unit, self.turn_id, CancelReason.REOPENED))
         elif isinstance(event, Committed):
             ctx.events.emit(UserSpeaking(unit, self.turn_id, False))
             if not event.speculated:
@@ -229,7 +229,7 @@ class VadStage(SourceStage):
             learned = self._config.turns.end_of_turn is EndOfTurn.LEARNED
             if learned and event.speculated and not self._decided_early:
                 self._record_end_of_turn(self.turn_id, self._segment_generation, early=False)
-            ctx.gate.commit(self.turn_id)
+            ctx.held.commit(self.turn_id)
             self.playback.commit(self.turn_id)
             self._playing_turn = self.turn_id
 
@@ -238,7 +238,7 @@ class VadStage(SourceStage):
         ctx.metrics.mark(unit, self.turn_id, Mark.SPEECH_END, t_end, overwrite=True)
         ctx.metrics.mark(unit, self.turn_id, Mark.VAD_END, time.perf_counter(), overwrite=True)
         # Any partial still queued or being decoded is now useless.
-        self.gate.latest = self.gate.final = self._partial_seq + 1
+        self.partials.latest = self.partials.final = self._partial_seq + 1
         return SpeechSegment(self.turn_id, ctx.control.generation, audio, PIPELINE_RATE, True,
                              t_start, t_end)
 
@@ -261,11 +261,11 @@ class VadStage(SourceStage):
         Called from this stage (barge-in) and from other threads (an interrupt button):
         the control, playback, metrics and events are each thread-safe.
         """
-        self.ctx.control.cancel_all(turn, BARGE_IN)
+        self.ctx.control.cancel_all(turn, CancelReason.BARGE_IN)
         self.playback.cut()
         self.ctx.metrics.set_cancelled(self.ctx.unit, turn)
         self.ctx.metrics.mark(self.ctx.unit, turn, Mark.BARGE_IN, time.perf_counter())
-        self.ctx.events.emit(TurnCancelled(self.ctx.unit, turn, BARGE_IN))
+        self.ctx.events.emit(TurnCancelled(self.ctx.unit, turn, CancelReason.BARGE_IN))
 
 
 def _health_poll(device: object) -> Callable[[], list[HealthReport]] | None:

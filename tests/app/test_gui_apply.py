@@ -143,7 +143,7 @@ def conversation(qtbot, gui_settings, jfk_path, one_two_three_path):
     engine = c.engine
     qtbot.waitUntil(lambda: c.state == "listening", timeout=30_000)
     qtbot.waitUntil(lambda: len(_answered(engine)) >= 2
-                    and len(engine.units[0].conversation.exchanges()) >= 2, timeout=300_000)
+                    and len(engine.units[0].chat_history.exchanges()) >= 2, timeout=300_000)
     yield window, source, sink
     window.close()
 
@@ -163,7 +163,7 @@ def test_runtime_settings_apply_to_the_running_conversation(conversation, qtbot)
     c, panel = window.controller, window.panel
     engine = c.engine
     unit = engine.units[0]
-    history = unit.conversation.exchanges()
+    history = unit.chat_history.exchanges()
     assert len(history) == 2, history  # jfk, then "one two three"
     said = [normalize(ex.user) for ex in history]
     assert "ask not what your country can do for you" in said[0] and said[1] in ONE_TWO_THREE
@@ -212,7 +212,7 @@ def test_runtime_settings_apply_to_the_running_conversation(conversation, qtbot)
     third = _third_turn(qtbot, window, source)
     assert normalize(third.transcript) in ONE_TWO_THREE
     assert third.figures[Figure.LLM_HISTORY_TURNS] == 2  # its prompt held both earlier turns
-    kept = unit.conversation.exchanges()
+    kept = unit.chat_history.exchanges()
     assert kept[:2] == history and len(kept) == 3 and kept[2].turn_id == third.turn_id
     assert {s: c.registry.load_count(s) for s in STAGES} == loads
     assert (source.opens, source.closes, sink.opens, sink.closes) == (1, 0, 1, 0)
@@ -237,7 +237,7 @@ def test_a_new_stt_compute_type_reloads_only_stt_and_keeps_the_conversation(conv
     c, panel = window.controller, window.panel
     engine = c.engine
     unit = engine.units[0]
-    history = unit.conversation.exchanges()
+    history = unit.chat_history.exchanges()
     assert len(history) == 2, history
     models = dict(engine.models)
     loads = {s: c.registry.load_count(s) for s in STAGES}
@@ -263,13 +263,13 @@ def test_a_new_stt_compute_type_reloads_only_stt_and_keeps_the_conversation(conv
     assert c.engine is engine and engine.units == [unit] and new_engines == []
     assert unit.source is source and unit.sink is sink
     assert (source.opens, source.closes, sink.opens, sink.closes) == (1, 0, 1, 0)
-    assert unit.conversation.exchanges() == history
+    assert unit.chat_history.exchanges() == history
 
     third = _third_turn(qtbot, window, source)
     assert unit.stt.model is engine.models["stt"]
     assert normalize(third.transcript) in ONE_TWO_THREE  # heard by the reloaded model
     assert third.figures[Figure.LLM_HISTORY_TURNS] == 2
-    assert unit.conversation.exchanges()[:2] == history
+    assert unit.chat_history.exchanges()[:2] == history
     # The status line names the model as it runs now.
     qtbot.waitUntil(lambda: "stt: faster-whisper" in window.stage_status.text, timeout=5_000)
     assert c.config.stt.dtype == "float32"

@@ -149,19 +149,19 @@ def test_ctrl_n_starts_a_new_conversation(window, qtbot):
     qtbot.waitUntil(lambda: (r := engine.metrics.turn(0, turn)) is not None and r.finished,
                     timeout=120_000)
     qtbot.waitUntil(lambda: bool(win.conversation.turns()), timeout=10_000)
-    assert unit.conversation.exchanges() and session._cached_ids
+    assert unit.chat_history.exchanges() and session._cached_ids
     win.activateWindow()
     qtbot.waitUntil(win.isActiveWindow, timeout=5_000)
     with qtbot.waitSignal(c.conversation_reset, timeout=30_000):
         qtbot.keyClick(win, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
-    assert unit.conversation.exchanges() == ()
+    assert unit.chat_history.exchanges() == ()
     assert unit.llm.session is session and session._cache is None and session._cached_ids == []
     assert win.conversation.turns() == []
     # The conversation goes on from scratch.
     turn = unit.say("What is the capital of Italy?")
     qtbot.waitUntil(lambda: (r := engine.metrics.turn(0, turn)) is not None and r.finished,
                     timeout=120_000)
-    assert [e.user for e in unit.conversation.exchanges()] == ["What is the capital of Italy?"]
+    assert [e.user for e in unit.chat_history.exchanges()] == ["What is the capital of Italy?"]
 
 
 def test_every_widget_has_an_accessible_name_and_a_tab_stop(qtbot, gui_settings):

@@ -143,12 +143,12 @@ def test_new_conversation_empties_history_and_kv_cache_and_the_next_turn_answers
         first = unit.say("What is the capital of France?")
         assert wait_for(lambda: any(r.turn_id == first for r in finished))
         session = unit.llm.session
-        assert len(unit.conversation.exchanges()) == 1 and session._cached_ids
+        assert len(unit.chat_history.exchanges()) == 1 and session._cached_ids
         # A second turn, cut off by New conversation while it is in flight.
         unit.say("Tell me a long story about a cat.")
         assert wait_for(unit.llm.inbox.empty, 30)  # the LLM stage took it
         assert engine.new_conversation()
-        assert unit.conversation.exchanges() == ()
+        assert unit.chat_history.exchanges() == ()
         assert unit.llm.session is session  # the same session, its KV cache emptied
         assert session._cache is None and session._cached_ids == []
         assert len(engine.threads_alive()) == 5
@@ -158,7 +158,7 @@ def test_new_conversation_empties_history_and_kv_cache_and_the_next_turn_answers
         record = next(r for r in finished if r.turn_id == third)
         assert record.reply and not record.cancelled
         assert record.figures[Figure.LLM_HISTORY_TURNS] == 0
-        assert [e.user for e in unit.conversation.exchanges()] == ["What is the capital of Italy?"]
+        assert [e.user for e in unit.chat_history.exchanges()] == ["What is the capital of Italy?"]
     finally:
         unsubscribe()
         assert engine.stop_unit(unit) == []
@@ -167,7 +167,7 @@ def test_new_conversation_empties_history_and_kv_cache_and_the_next_turn_answers
 def test_new_conversation_on_a_stopped_unit_resets_at_once(engine):
     unit = engine.start_unit(Quiet(), FileSink(None, realtime=False), unit=0)
     engine.stop_unit(unit)
-    unit.conversation.append(1, "hi", "hello")
+    unit.chat_history.append(1, "hi", "hello")
     unit.llm.session._cached_ids = [1, 2, 3]
     assert unit.new_conversation(1.0) is True  # no stage thread: reset by the caller
-    assert unit.conversation.exchanges() == () and unit.llm.session._cached_ids == []
+    assert unit.chat_history.exchanges() == () and unit.llm.session._cached_ids == []

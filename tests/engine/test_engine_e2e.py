@@ -96,7 +96,7 @@ def test_two_utterances_make_two_turns_and_history_carries_over(registry, one_tw
     # The second turn's prompt held the first exchange: the LLM saw it.
     history = [t.figures[Figure.LLM_HISTORY_TURNS] for t in turns]
     assert history == [0, 1]
-    exchanges = engine.units[0].conversation.exchanges()
+    exchanges = engine.units[0].chat_history.exchanges()
     assert [normalize(e.user) for e in exchanges] == [normalize(t.transcript) for t in turns]
     assert exchanges[0].assistant == turns[0].reply
     engine.release_models()
@@ -142,10 +142,10 @@ def test_units_come_and_go_and_typed_turns_are_answered(registry):
     (record,) = finished
     assert record.unit == 3 and record.turn_id == turn and "paris" in normalize(record.reply)
     assert record.transcript == "What is the capital of France?"
-    assert [e.user for e in first.conversation.exchanges()] == [record.transcript]
+    assert [e.user for e in first.chat_history.exchanges()] == [record.transcript]
     assert engine.stop_unit(first) == [] and engine.units == []
     assert not [t for t in first.stages if t.alive]
     # The next client gets a fresh unit on the same models: no history of the first.
     second = engine.start_unit(Quiet(), FileSink(None, realtime=False), unit=3)
-    assert second.conversation.exchanges() == () and second.llm.model is first.llm.model
+    assert second.chat_history.exchanges() == () and second.llm.model is first.llm.model
     assert engine.stop_unit(second) == []

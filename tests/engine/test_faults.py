@@ -32,11 +32,11 @@ from engine.audio.mic import MicSource
 from engine.audio.speaker import SpeakerSink
 from engine.config import EngineConfig
 from engine.pipeline.control import TurnControl
-from engine.pipeline.chat_history import REOPENED
+from engine.pipeline.control import CancelReason
 from engine.engine import Engine, EngineState
 from engine.errors import (ModelError, ModelLoadError, ParleyError, describe_failure, is_out_of_memory,
                            memory_figures)
-from engine.pipeline.events import (TURN_FAILED, AudioStatus, EngineError, EventHub, FinalTranscript,
+from engine.pipeline.events import (AudioStatus, EngineError, EventHub, FinalTranscript,
                                     TurnCancelled, TurnFinished, UserSpeaking)
 from engine.runtime.hub import HubStatus
 from engine.pipeline.messages import Message, SpeechSegment, TextChunk
@@ -179,8 +179,8 @@ def test_a_failure_ends_its_turn_once_committed_and_the_next_turn_flows(pipeline
     # Turn 5 was not committed yet (speculation): its end is held, then released.
     record = ctx.metrics.turn(0, 5)
     assert events.of(TurnCancelled) == [] and (record is None or not record.cancelled)
-    ctx.gate.commit(5)
-    assert [(e.turn_id, e.reason) for e in events.of(TurnCancelled)] == [(5, TURN_FAILED)]
+    ctx.held.commit(5)
+    assert [(e.turn_id, e.reason) for e in events.of(TurnCancelled)] == [(5, CancelReason.FAILED)]
     assert ctx.metrics.turn(0, 5).cancelled
     assert fail.alive
 
@@ -189,8 +189,8 @@ def test_a_failed_turn_the_user_goes_on_speaking_into_is_redone_not_failed(pipel
     ctx, fail, _collect, events = pipeline
     fail.put(_chunk(ctx, 7, "boom"))
     assert wait_for(lambda: events.of(EngineError))
-    ctx.control.cancel_turn(7, REOPENED)  # what the VAD does when speech resumes in the grace
-    ctx.gate.commit(7)
+    ctx.control.cancel_turn(7, CancelReason.REOPENED)  # what the VAD does when speech resumes in the grace
+    ctx.held.commit(7)
     assert events.of(TurnCancelled) == []
     record = ctx.metrics.turn(0, 7)
     assert record is None or not record.cancelled
@@ -198,7 +198,7 @@ def test_a_failed_turn_the_user_goes_on_speaking_into_is_redone_not_failed(pipel
 
 def test_a_failure_on_a_partial_segment_does_not_end_the_turn(pipeline):
     ctx, fail, collect, events = pipeline
-    ctx.gate.commit(8)
+    ctx.held.commit(8)
     audio = np.zeros(160, np.float32)
     fail.put(SpeechSegment(8, 0, audio, 16000, False, 0.0, 0.0, revision=99))
     assert wait_for(lambda: events.of(EngineError))
@@ -321,7 +321,7 @@ def test_a_stage_failing_on_a_turn_ends_that_turn_and_the_next_is_answered(
     assert "fellow americans" in normalize(second.transcript)
     assert turn_dict(second)["cancelled"] is False
     # The failed reply is not in the chat history (after TTS failed, the user's words are).
-    history = {e.turn_id: e.assistant for e in unit.conversation.exchanges()}
+    history = {e.turn_id: e.assistant for e in unit.chat_history.exchanges()}
     assert list(history) == ([first.turn_id] if stage == "tts" else []) + [second.turn_id]
     assert history.get(first.turn_id, "") == ""
     assert parley_threads() == []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.pipeline.metrics import Figure, Mark, Metrics, TurnRecord, UndeclaredError, Unit
+from engine.pipeline.metrics import Figure, Mark, Metrics, TurnRecord, UndeclaredError, UnitOfMeasure
 from engine.report import BENCH_FIGURES, bench_summary, format_bench, turn_dict
 
 REPORT_KEYS = ["turn_id", "transcript", "reply", "cancelled", "timeline", "voice_to_voice_s",
@@ -267,7 +267,7 @@ def test_turn_dict_of_an_unmeasured_turn_has_nones_and_zero_counts():
     assert out["cancelled"] is False
     for figure in Figure:
         if figure.report:
-            expected = 0 if figure.unit is Unit.COUNT else None
+            expected = 0 if figure.unit is UnitOfMeasure.COUNT else None
             assert out[figure.value] == expected, figure
 
 

@@ -181,7 +181,7 @@ def test_short_pause_reopens_the_turn_and_drops_the_first_revision(registry, one
     replies = {t.turn_id: " ".join(e.text for _t2, e in rec.of(ReplyText) if e.turn_id == t.turn_id)
                for t in turns}
     assert replies == {t.turn_id: t.reply for t in turns}
-    exchanges = engine.units[0].conversation.exchanges()
+    exchanges = engine.units[0].chat_history.exchanges()
     assert [(e.turn_id, e.user) for e in exchanges] == [(t.turn_id, t.transcript) for t in turns]
     played = {p.turn_id: p.samples_played / p.sample_rate for p in sink.history()}
     for turn in turns:
