@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.audio.base import AudioBlock
+from engine.audio.pcm import level
 
 _KEEP_RECORDS = 256  # turns whose playback records a queue keeps (a long session stays small)
 _PRUNE_EVERY = 64
@@ -104,13 +105,7 @@ class DropOldestBuffer:
         far beyond full scale reads 1 (the microphone reports such blocks separately).
         """
         latest = self._latest
-        if latest is None or latest.size == 0:
-            return 0.0
-        with np.errstate(over="ignore", invalid="ignore"):
-            rms = float(np.sqrt(np.mean(np.square(latest, dtype=np.float64))))
-        if rms != rms:  # NaN
-            return 0.0
-        return min(rms, 1.0)
+        return 0.0 if latest is None else level(latest)
 
 
 @dataclass(frozen=True, slots=True)

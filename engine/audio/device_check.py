@@ -2,9 +2,13 @@
 speaker play a reply?
 
 ``MicCheck`` reads an ``AudioSource`` for a few seconds, keeps the live level (``level``,
-polled by a meter) and the loudest block (``peak``), runs the loaded VAD model over it to
-find the speech, and transcribes that with the loaded STT model. ``SpeakerCheck``
-synthesizes a sample reply with the loaded TTS model and plays it on an ``AudioSink``.
+polled by a meter) and the loudest block (``peak``), and finds the user's sentence as the
+pipeline would: the blocks go through a ``SampleGuard`` (invalid samples become silence)
+and a ``Framer`` into the loaded VAD model, whose probabilities drive a ``TurnDetector``
+configured by the user's ``VadConfig``, with the turn ending after ``END_SILENCE_S`` of
+silence. The committed turn's audio is transcribed with the loaded STT model as the
+``SttConfig`` says. ``SpeakerCheck`` synthesizes a sample reply with the loaded TTS model
+(voice and speed from the ``TtsConfig``) and plays it on an ``AudioSink``.
 Both own their device for the length of ``run`` (open, then close however it ends), run
 on the caller's thread (a GUI runs them on a thread of its own), stop early when a
 ``threading.Event`` is set, and return a frozen result whose ``message``, on failure,
@@ -14,15 +18,28 @@ names the device and says what to try. Nothing here raises for a device problem.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from engine.audio.base import PIPELINE_RATE, AudioSink, AudioSource
+from engine.audio.file_source import FileSource
+from engine.audio.framing import Framer
+from engine.audio.health import HealthLog, SampleGuard
+from engine.audio.pcm import FLOOR_DBFS, dbfs, level
+from engine.audio.sd_devices import is_default_setting
+from engine.config import SttConfig, TtsConfig, TurnConfig, VadConfig
+from engine.stages.turns import Committed, TurnDetector
+
+if TYPE_CHECKING:
+    from engine.backends.base import SttModel, TtsModel, VadModel
+
+__all__ = ["FLOOR_DBFS", "MIC_STAGES", "SAMPLE_REPLY", "SPEAKER_STAGES", "MicCheck", "MicResult",
+           "SpeakerCheck", "SpeakerResult", "dbfs", "missing_models"]
 
 log = logging.getLogger("parley.setup_check")
 
@@ -30,15 +47,8 @@ log = logging.getLogger("parley.setup_check")
 MIC_STAGES = ("vad", "stt")
 SPEAKER_STAGES = ("tts",)
 SAMPLE_REPLY = "Hello! This is how my answers will sound. If you can hear me, you are all set."
-FLOOR_DBFS = -120.0  # what digital silence is reported as (log10(0) has no value)
 SILENCE_DBFS = -50.0  # a microphone whose loudest block stays below this heard nothing
-_PAD_S = 0.3  # audio kept either side of the detected speech, for the first/last word
-_MIN_SPEECH_S = 0.15  # less than this above the VAD threshold is a click, not speech
-
-
-def dbfs(rms: float) -> float:
-    """``rms`` (0..1) in dB relative to full scale; ``FLOOR_DBFS`` for silence (or NaN)."""
-    return max(FLOOR_DBFS, 20 * math.log10(rms)) if rms > 0 else FLOOR_DBFS
+END_SILENCE_S = 1.0  # silence after speech that ends the sentence (the VAD's own wait, then a grace)
 
 
 def missing_models(models: Mapping[str, object] | None, stages: tuple[str, ...]) -> list[str]:
@@ -46,15 +56,21 @@ def missing_models(models: Mapping[str, object] | None, stages: tuple[str, ...])
     return [s for s in stages if not models or models.get(s) is None]
 
 
-def _device_name(device_obj, setting: str | None, fallback: str) -> str:
-    """The name to put in a message: the opened device's own name, else the setting."""
-    device = getattr(device_obj, "device", None)
-    name = getattr(device, "name", None)
-    if name:
-        return str(name)
-    if setting and setting.strip().lower() not in ("", "default", "auto"):
+def _device_name(device: AudioSource | AudioSink, setting: str | None) -> str:
+    """The name to put in a message: the opened device's own name, else the setting, else
+    the file a source reads."""
+    if device.device_name:
+        return device.device_name
+    if setting and not is_default_setting(setting):
         return setting
-    return str(getattr(device_obj, "name", None) or fallback)
+    return device.name if isinstance(device, FileSource) else "default"
+
+
+def check_turns(vad: VadConfig) -> TurnConfig:
+    """How the check takes a turn: it ends after ``END_SILENCE_S`` of silence in all (the
+    VAD's ``min_silence_ms``, then the rest as the reopen grace), one segment, no partials."""
+    grace_ms = max(0, round(END_SILENCE_S * 1000) - vad.min_silence_ms)
+    return TurnConfig(reopen_grace_ms=grace_ms, speculative=False, live_transcription=False)
 
 
 @dataclass(frozen=True)
@@ -103,25 +119,27 @@ class SpeakerResult:
 class MicCheck:
     """Listen to ``source`` until a sentence ends (or ``max_seconds``) and transcribe it.
 
-    ``level`` (RMS of the latest block, 0..1), ``peak`` and ``phase`` (``"opening"``,
-    ``"listening"``, ``"transcribing"``, ``"done"``) may be read from any thread while
-    ``run`` works; ``on_level`` is called with each block's RMS on the reading thread.
+    ``vad`` and ``stt`` are the settings the pipeline uses (threshold, waits, padding;
+    language, beam width). ``level`` (RMS of the latest block, 0..1), ``peak`` and
+    ``phase`` (``"opening"``, ``"listening"``, ``"transcribing"``, ``"done"``) may be read
+    from any thread while ``run`` works; ``on_level`` is called with each block's level on
+    the reading thread. ``stall_s``: how long the source may deliver nothing.
     """
 
-    def __init__(self, source: AudioSource, vad_model, stt_model, *, device: str | None = None,
-                 max_seconds: float = 8.0, end_silence_s: float = 1.0, threshold: float = 0.5,
-                 language: str | None = "en", beam_size: int = 1, stall_s: float = 3.0,
+    def __init__(self, source: AudioSource, vad_model: VadModel, stt_model: SttModel,
+                 vad: VadConfig | None = None, stt: SttConfig | None = None, *,
+                 device: str | None = None, max_seconds: float = 8.0, stall_s: float = 3.0,
                  on_level: Callable[[float], None] | None = None) -> None:
         """``device``: the setting the source was made from, for messages until it opens."""
         if not max_seconds > 0:
             raise ValueError(f"MicCheck max_seconds must be > 0; got {max_seconds!r}")
-        if not 0 < threshold < 1:
-            raise ValueError(f"MicCheck threshold must be between 0 and 1; got {threshold!r}")
-        self.source, self.vad, self.stt = source, vad_model, stt_model
+        self.source, self.vad_model, self.stt_model = source, vad_model, stt_model
+        self.vad, self.stt = vad or VadConfig(), stt or SttConfig()
         self.device_setting = device
-        self.max_seconds, self.end_silence_s, self.threshold = max_seconds, end_silence_s, threshold
-        self.language, self.beam_size, self.stall_s = language or None, beam_size, stall_s
+        self.max_seconds, self.stall_s = max_seconds, stall_s
         self.on_level = on_level
+        self.health = HealthLog("microphone")
+        self._guard = SampleGuard(self.health, lambda: f"microphone {self.device_name!r}")
         self.level = 0.0
         self.peak = 0.0
         self.phase = "opening"
@@ -129,7 +147,7 @@ class MicCheck:
     @property
     def device_name(self) -> str:
         """The microphone's name as messages give it."""
-        return _device_name(self.source, self.device_setting, "default")
+        return _device_name(self.source, self.device_setting)
 
     def run(self, cancel: threading.Event | None = None) -> MicResult:
         """Open the source, listen, close it, transcribe; never raises for a device problem."""
@@ -143,7 +161,7 @@ class MicCheck:
                 "it is plugged in and not used by another program, or pick another input"))
         self.phase = "listening"
         try:
-            audio, speech, failure, cancelled = self._listen(cancel)
+            seconds, turn, failure, cancelled = self._listen(cancel)
         except Exception as exc:
             log.warning("setup check: listening failed", exc_info=True)
             self.phase = "done"
@@ -152,80 +170,77 @@ class MicCheck:
                 "Try: pick another input"))
         finally:
             self.source.close()
-        seconds = audio.size / PIPELINE_RATE
         if cancelled:
             self.phase = "done"
             return self._result(seconds, message="the microphone test was stopped", cancelled=True)
         if failure:
             self.phase = "done"
             return self._result(seconds, message=failure)
-        return self._transcribe(audio, speech, seconds)
+        return self._transcribe(turn, seconds)
 
-    def _listen(self, cancel: threading.Event) -> tuple[np.ndarray, tuple[int, int] | None,
-                                                        str | None, bool]:
+    def _listen(self, cancel: threading.Event) -> tuple[float, Committed | None, str | None, bool]:
         """Blocks until the sentence ended, time ran out, the source failed or ``cancel``.
 
-        Returns the audio, (first, last) speech frame or None, a failure, cancelled.
+        Returns the seconds captured, the sentence (None if no speech), a failure, cancelled.
+        Frames are timed by the samples captured (a file read faster than real time has no
+        clock of its own), so the turn's times are seconds into the check.
         """
-        n = int(getattr(self.vad, "frame_samples", 512))
-        frame_s = n / PIPELINE_RATE
-        end_frames = max(1, round(self.end_silence_s / frame_s))
-        min_frames = max(1, round(_MIN_SPEECH_S / frame_s))
-        stream = self.vad.new_stream()
-        blocks: list[np.ndarray] = []
+        model = self.vad_model
+        framer = Framer(model.frame_samples)
+        detector = TurnDetector(self.vad, check_turns(self.vad), model.frame_samples, model.sample_rate)
+        stream = model.new_stream()
         captured = 0
-        pending = np.zeros(0, np.float32)
-        frames = speech_frames = 0
-        first = last = None
         last_block = time.monotonic()
-        while captured < self.max_seconds * PIPELINE_RATE:
-            if cancel.is_set():
-                return _join(blocks), None, None, True
-            if first is not None and speech_frames >= min_frames and frames - 1 - last >= end_frames:
-                break  # the sentence is over
-            block = self.source.read(0.1)
-            if block is None or block.samples.size == 0:
-                if getattr(self.source, "finished", False):
-                    break
-                if getattr(self.source, "lost", False):
-                    return _join(blocks), None, (
-                        f"microphone {self.device_name!r} stopped delivering audio during the "
-                        "test (unplugged, or the sound system ended the stream): plug it back "
-                        "in, or pick another input"), False
-                if time.monotonic() - last_block > self.stall_s:
-                    return _join(blocks), None, (
-                        f"microphone {self.device_name!r} delivered no audio for "
-                        f"{self.stall_s:g} s: check it is connected and not used by another "
-                        "program, or pick another input"), False
-                continue
-            last_block = time.monotonic()
-            # A faulty card can send NaN or huge values: they must not reach the models.
-            samples = np.clip(np.nan_to_num(block.samples.astype(np.float32, copy=False),
-                                            nan=0.0, posinf=0.0, neginf=0.0), -1.0, 1.0)
-            rms = float(np.sqrt(np.mean(np.square(samples, dtype=np.float64))))
-            self.level, self.peak = rms, max(self.peak, rms)
-            if self.on_level is not None:
-                self.on_level(rms)
-            blocks.append(samples)
-            captured += samples.size
-            pending = np.concatenate([pending, samples]) if pending.size else samples
-            while pending.size >= n:
-                frame, pending = pending[:n], pending[n:]
-                if stream.speech_probability(frame) >= self.threshold:
-                    first = frames if first is None else first
-                    last = frames
-                    speech_frames += 1
-                frames += 1
-        self.level = 0.0
-        found = (first, last) if first is not None and speech_frames >= min_frames else None
-        return _join(blocks), (None if found is None else (found[0] * n, (found[1] + 1) * n)), \
-            None, False
+        try:
+            while captured < self.max_seconds * PIPELINE_RATE:
+                if cancel.is_set():
+                    return captured / PIPELINE_RATE, None, None, True
+                block = self.source.read(0.1)
+                if block is None or block.samples.size == 0:
+                    if self.source.finished:
+                        break
+                    failure = self._no_audio(time.monotonic() - last_block)
+                    if failure:
+                        return captured / PIPELINE_RATE, None, failure, False
+                    continue
+                last_block = time.monotonic()
+                samples = self._guard.check(np.asarray(block.samples, np.float32), PIPELINE_RATE)
+                self._show_level(level(samples))
+                for frame, t in framer.push(samples, captured / PIPELINE_RATE):
+                    for event in detector.push(frame, stream.speech_probability(frame), t):
+                        if isinstance(event, Committed):
+                            return (captured + samples.size) / PIPELINE_RATE, event, None, False
+                captured += samples.size
+            ended = [e for e in detector.flush() if isinstance(e, Committed)]
+            return captured / PIPELINE_RATE, (ended[0] if ended else None), None, False
+        finally:
+            self.level = 0.0
 
-    def _transcribe(self, audio: np.ndarray, speech: tuple[int, int] | None,
-                    seconds: float) -> MicResult:
+    def _no_audio(self, quiet_s: float) -> str | None:
+        """What failed if the source delivered nothing for ``quiet_s`` (None: wait on)."""
+        if self.source.lost:
+            return (f"microphone {self.device_name!r} stopped delivering audio during the test "
+                    "(unplugged, or the sound system ended the stream): plug it back in, or "
+                    "pick another input")
+        if quiet_s > self.stall_s:
+            return (f"microphone {self.device_name!r} delivered no audio for {self.stall_s:g} s: "
+                    "check it is connected and not used by another program, or pick another input")
+        return None
+
+    def _show_level(self, value: float) -> None:
+        self.level, self.peak = value, max(self.peak, value)
+        if self.on_level is not None:
+            self.on_level(value)
+
+    def _transcribe(self, turn: Committed | None, seconds: float) -> MicResult:
         name, peak_db = self.device_name, dbfs(self.peak)
-        if speech is None:
+        if turn is None:
             self.phase = "done"
+            if self._guard.replaced_blocks:
+                return self._result(seconds, message=(
+                    f"microphone {name!r} delivered invalid samples (NaN, infinite or far beyond "
+                    f"full scale) in {self._guard.replaced_blocks} blocks, heard as silence: pick "
+                    "another input, or check its driver"))
             if peak_db < SILENCE_DBFS:
                 return self._result(seconds, message=(
                     f"microphone {name!r} gave only silence (peak {peak_db:.0f} dBFS): check it "
@@ -234,12 +249,10 @@ class MicCheck:
                 f"microphone {name!r} picked up sound (peak {peak_db:.0f} dBFS) but no speech "
                 f"in {seconds:.0f} s: say a sentence while the test runs, move closer, or "
                 "lower the background noise"))
-        pad = round(_PAD_S * PIPELINE_RATE)
-        start, end = max(0, speech[0] - pad), min(audio.size, speech[1] + pad)
-        speech_s = (speech[1] - speech[0]) / PIPELINE_RATE
+        speech_s = turn.t_speech_end - turn.t_speech_start
         self.phase = "transcribing"
         try:
-            result = self.stt.transcribe(audio[start:end], self.language, self.beam_size)
+            result = self.stt_model.transcribe(turn.audio, self.stt.language or None, self.stt.beam_size)
             text = str(result.text).strip()
         except Exception as exc:  # the model's failure, shown, not raised
             log.warning("setup check: transcription failed", exc_info=True)
@@ -268,22 +281,22 @@ class SpeakerCheck:
     from any thread while ``run`` works.
     """
 
-    def __init__(self, sink: AudioSink, tts_model, *, device: str | None = None,
-                 text: str = SAMPLE_REPLY, voice: str = "auto", speed: float = 1.0,
-                 slack_s: float = 5.0) -> None:
-        """``device``: the setting the sink was made from, for messages until it opens;
-        ``slack_s``: how much longer than the audio playback may take before it counts as
-        stuck."""
+    def __init__(self, sink: AudioSink, tts_model: TtsModel, tts: TtsConfig | None = None, *,
+                 device: str | None = None, text: str = SAMPLE_REPLY, slack_s: float = 5.0) -> None:
+        """``tts``: the voice and speed to read it in; ``device``: the setting the sink was
+        made from, for messages until it opens; ``slack_s``: how much longer than the audio
+        playback may take before it counts as stuck."""
         if not text.strip():
             raise ValueError("SpeakerCheck text must not be empty")
-        self.sink, self.tts, self.device_setting = sink, tts_model, device
-        self.text, self.voice, self.speed, self.slack_s = text, voice, speed, slack_s
+        self.sink, self.tts_model, self.device_setting = sink, tts_model, device
+        self.tts = tts or TtsConfig()
+        self.text, self.slack_s = text, slack_s
         self.phase = "opening"
 
     @property
     def device_name(self) -> str:
         """The speaker's name as messages give it."""
-        return _device_name(self.sink, self.device_setting, "default")
+        return _device_name(self.sink, self.device_setting)
 
     def run(self, cancel: threading.Event | None = None) -> SpeakerResult:
         """Open the sink, synthesize and play the sample, close it; never raises for a
@@ -307,7 +320,8 @@ class SpeakerCheck:
         seconds, peak = 0.0, 0.0
         self.phase = "synthesizing"
         try:
-            for chunk in self.tts.synthesize(self.text, cancel.is_set, self.voice, self.speed):
+            for chunk in self.tts_model.synthesize(self.text, cancel.is_set, self.tts.voice,
+                                                   self.tts.speed):
                 if cancel.is_set():
                     break
                 audio = np.asarray(chunk.audio, np.float32).reshape(-1)
@@ -336,7 +350,7 @@ class SpeakerCheck:
             if cancel.is_set():
                 self.sink.flush()
                 return self._result(seconds, peak, False, "the speaker test was stopped", True)
-            if getattr(self.sink, "lost", False):
+            if self.sink.lost:
                 return self._result(seconds, peak, False, (
                     f"speaker {self.device_name!r} stopped playing during the test "
                     "(unplugged, or the sound system ended the stream): plug it back in, or "
@@ -353,10 +367,6 @@ class SpeakerCheck:
                 cancelled: bool = False) -> SpeakerResult:
         return SpeakerResult(self.device_name, played, seconds, dbfs(peak), self.text, message,
                              cancelled)
-
-
-def _join(blocks: list[np.ndarray]) -> np.ndarray:
-    return np.concatenate(blocks) if blocks else np.zeros(0, np.float32)
 
 
 def _reason(exc: BaseException) -> str:

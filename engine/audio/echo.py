@@ -41,10 +41,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSink
+from engine.audio.pcm import from_int16, power, rms, to_int16
 from engine.config import EchoCancellation, EngineConfig
 from engine.errors import ConfigError, MissingDependencyError
 
@@ -207,8 +209,7 @@ class ReferenceTap:
         self.sink = sink
         # How long a chunk queued on an idle sink takes to be heard: learnt from the sink's
         # first-heard times; the speaker's reported output latency to start with.
-        self.latency_s = (latency_s if latency_s is not None
-                          else float(getattr(sink, "latency", 0.0) or 0.0) + 0.005)
+        self.latency_s = latency_s if latency_s is not None else sink.latency + 0.005
         self._in_run = False  # chunks laid so far play back to back, from the run's start
         self._run_turn: int | None = None  # turn whose first-heard time anchors the run
         self._run_anchor: Callable[[], float | None] | None = None
@@ -263,6 +264,14 @@ class ReferenceTap:
 
 
 # ---------------------------------------------------------------------- the canceller
+class Aec(Protocol):
+    """An echo canceller of 10 ms frames (AEC3 through livekit; tests use others)."""
+
+    def process(self, near: np.ndarray, far: np.ndarray, delay_ms: int) -> np.ndarray:
+        """One frame: ``near`` captured, ``far`` heard at the same time; ``near`` cleaned."""
+        ...
+
+
 class LivekitAec:
     """WebRTC's AEC3 (with its high-pass filter) through livekit: 10 ms 16-bit frames."""
 
@@ -283,16 +292,12 @@ class LivekitAec:
 
     def process(self, near: np.ndarray, far: np.ndarray, delay_ms: int) -> np.ndarray:
         """One 10 ms frame: ``near`` captured, ``far`` heard at the same time; float32 out."""
-        self._far[:] = _to_int16(far)
+        self._far[:] = to_int16(far)
         self._apm.process_reverse_stream(self._far_frame)
-        self._near[:] = _to_int16(near)
+        self._near[:] = to_int16(near)
         self._apm.set_stream_delay_ms(delay_ms)
         self._apm.process_stream(self._near_frame)
-        return self._near.astype(np.float32) / 32768.0
-
-
-def _to_int16(x: np.ndarray) -> np.ndarray:
-    return np.clip(np.nan_to_num(x) * 32768.0, -32768, 32767).astype(np.int16)
+        return from_int16(self._near)
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,14 +336,13 @@ class EchoMeter:
         self._frames = 0
 
     def add(self, near: np.ndarray, far: np.ndarray, out: np.ndarray) -> None:
-        ref = float(np.mean(np.square(far, dtype=np.float64)))
-        self._since_ref = 0 if ref > self.REF_FLOOR else self._since_ref + 1
+        self._since_ref = 0 if power(far) > self.REF_FLOOR else self._since_ref + 1
         if self._since_ref > self.TAIL_FRAMES:
             return
-        p_in = float(np.mean(np.square(near, dtype=np.float64)))
+        p_in = power(near)
         if p_in < self.MIC_FLOOR:
             return
-        p_out = float(np.mean(np.square(out, dtype=np.float64)))
+        p_out = power(out)
         with self._lock:
             self._recent.append(_ratio_db(p_in, p_out))
             self._in_total += p_in
@@ -409,7 +413,7 @@ class EchoDetector:
         at = self._at
         self._ref[at:at + FRAME] = far
         self._mic[at:at + FRAME] = near
-        self._active[at // FRAME] = float(np.mean(np.square(far, dtype=np.float64))) > EchoMeter.REF_FLOOR
+        self._active[at // FRAME] = power(far) > EchoMeter.REF_FLOOR
         self._at = (at + FRAME) % self._size
         self._frames += 1
         if self._frames % self._every == 0:
@@ -426,12 +430,12 @@ class EchoDetector:
         corr = np.abs(np.fft.irfft(cross))
         max_lag = round(self.MAX_LAG_S * RATE)
         ahead, behind = corr[:max_lag], corr[-max_lag:]  # the echo lags; "behind" is chance
-        floor = math.sqrt(float(np.mean(np.square(np.concatenate([ahead, behind])))))
+        floor = rms(np.concatenate([ahead, behind]))
         if floor <= 0.0:
             return
         lag = int(np.argmax(ahead))
         self.peak, self.lag_s = float(ahead[lag]) / floor, lag / RATE
-        quiet = _ratio_db(float(np.mean(np.square(ref))), float(np.mean(np.square(mic)))) >= self.QUIET_DB
+        quiet = _ratio_db(power(ref), power(mic)) >= self.QUIET_DB
         if self.peak >= self.PRESENT:
             self.heard = True
         elif self.peak <= self.ABSENT and quiet:
@@ -445,7 +449,7 @@ class EchoCanceller:
     """
 
     def __init__(self, enabled: Callable[[], bool] = lambda: True,
-                 aec_factory: Callable[[], object] | None = None,
+                 aec_factory: Callable[[], Aec] | None = None,
                  lead_s: float = REFERENCE_LEAD_S) -> None:
         self.lane = ReferenceLane()
         self.meter = EchoMeter()

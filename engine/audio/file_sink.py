@@ -14,14 +14,16 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.audio.base import AudioSink
 from engine.audio.buffer import PlaybackQueue, TurnPlayback
+from engine.audio.pcm import to_int16
 from engine.errors import ConfigError
 
 _BLOCK_S = 0.010
 _RESYNC_S = 0.25  # a clock this late (a stalled machine) restarts instead of racing to catch up
 
 
-class FileSink:
+class FileSink(AudioSink):
     """Records reply audio (mono float32) at one rate; optionally paced like a speaker."""
 
     def __init__(self, path: str | Path | None, realtime: bool, sample_rate: int | None = None) -> None:
@@ -49,16 +51,18 @@ class FileSink:
         if self.sample_rate is not None:
             self._start(self.sample_rate)
 
-    def _start(self, rate: int) -> None:
+    def _start(self, rate: int) -> PlaybackQueue:
+        """The queue (made at ``rate``, and its clock started, on the first call)."""
         with self._lock:
             if self._queue is not None:
-                return
+                return self._queue
             self.sample_rate = rate
-            self._queue = PlaybackQueue(rate)
+            queue = self._queue = PlaybackQueue(rate)
             if self.realtime:
-                self._thread = threading.Thread(target=self._clock, name="parley-filesink-clock",
-                                                daemon=True)
+                self._thread = threading.Thread(target=self._clock, args=(queue,),
+                                                name="parley-filesink-clock", daemon=True)
                 self._thread.start()
+            return queue
 
     def close(self) -> None:
         """Stop the clock (dropping what is unplayed), join it, write the file. Idempotent."""
@@ -77,13 +81,13 @@ class FileSink:
         import soundfile as sf
 
         try:
-            sf.write(str(self.path), self.audio, self.sample_rate or 16000, subtype="PCM_16")
+            # int16 samples are written as they are: the scale rule is engine.audio.pcm's.
+            sf.write(str(self.path), to_int16(self.audio), self.sample_rate or 16000, subtype="PCM_16")
         except (OSError, sf.LibsndfileError) as exc:
             raise ConfigError(f"cannot write the reply audio to {self.path}: {exc}") from None
 
     # ------------------------------------------------------------------ the clock
-    def _clock(self) -> None:
-        queue = self._queue
+    def _clock(self, queue: PlaybackQueue) -> None:
         frames = max(1, round(queue.sample_rate * _BLOCK_S))
         block_s = frames / queue.sample_rate
         out = np.zeros(frames, dtype=np.float32)
@@ -115,17 +119,14 @@ class FileSink:
             raise RuntimeError("FileSink.play() called while the sink is not open")
         from engine.audio.decode import resample
 
-        self._start(self.sample_rate or sample_rate)
-        samples = resample(audio, sample_rate, self.sample_rate)
+        queue = self._start(self.sample_rate or sample_rate)
+        samples = resample(audio, sample_rate, queue.sample_rate)
         if samples is audio:
             samples = samples.copy()
-        if self.realtime:
-            self._queue.put(samples, turn_id)
-        else:
-            # Unpaced: "heard" the moment it is played, all of it.
-            self._queue.put(samples, turn_id)
+        queue.put(samples, turn_id)
+        if not self.realtime:  # unpaced: "heard" the moment it is played, all of it
             scratch = np.empty(samples.size, dtype=np.float32)
-            self._queue.fill(scratch, time.perf_counter())
+            queue.fill(scratch, time.perf_counter())
             self._record(scratch)
 
     def flush(self) -> int:

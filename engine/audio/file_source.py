@@ -16,11 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.audio.base import PIPELINE_RATE, AudioBlock
+from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSource
+from engine.audio.pcm import level
 from engine.errors import AudioInputError, ConfigError
 
 
-class FileSource:
+class FileSource(AudioSource):
     """A file (any format ``decode.load_audio`` reads) or a 16 kHz array, block by block."""
 
     sample_rate = PIPELINE_RATE
@@ -103,11 +104,11 @@ class FileSource:
         k = self._next
         self._next += 1
         samples = self._audio[k * self.block_samples:(k + 1) * self.block_samples]
-        self._level = float(np.sqrt(np.mean(np.square(samples, dtype=np.float64))))
+        self._level = level(samples)
         return AudioBlock(samples.copy(), t_start)
 
     def _skip_stale(self, now: float, duration: float) -> None:
-        if self._max_lag_blocks is None:
+        if self._max_lag_blocks is None or self._t0 is None:
             return
         captured = min(self.n_blocks, int((now - self._t0) / duration))  # blocks complete by now
         oldest_kept = captured - self._max_lag_blocks

@@ -7,12 +7,19 @@ a clear AudioDeviceError (see ``import_sounddevice`` and ``resolve_device``).
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
-from typing import Literal
 
 from engine.errors import AudioDeviceError
 
-Kind = Literal["input", "output"]
+
+class DeviceKind(enum.StrEnum):
+    """The direction of a sound device (equal to its string, as settings spell it)."""
+
+    INPUT = "input"
+    OUTPUT = "output"
+
+
 _DEFAULT_NAMES = ("", "default", "auto")
 
 
@@ -86,28 +93,35 @@ def list_audio_devices(refresh: bool = False) -> tuple[list[AudioDevice], list[A
     return inputs, outputs
 
 
-def describe_devices(devices: list[AudioDevice], kind: Kind) -> str:
+def is_default_setting(setting: str | int | None) -> bool:
+    """True where a device setting means the system's default: None, "", "default", "auto"."""
+    return setting is None or (isinstance(setting, str) and setting.strip().lower() in _DEFAULT_NAMES)
+
+
+def describe_devices(devices: list[AudioDevice], kind: DeviceKind) -> str:
     """``"input devices present: 0: system (...); 1: ..."`` or that there are none."""
     if not devices:
         return f"no {kind} devices are present (no sound card, or no sound server running)"
     return f"{kind} devices present: " + "; ".join(d.label for d in devices)
 
 
-def resolve_device(name_or_index: str | int | None, kind: Kind) -> AudioDevice:
+def resolve_device(name_or_index: str | int | None, kind: DeviceKind | str) -> AudioDevice:
     """The device a setting names: ``default``/None, an index, or (part of) a name.
 
     A name matches exactly (ignoring case) first, then as a unique substring. Anything
     else is an AudioDeviceError that lists the ``kind`` devices present.
     """
-    if kind not in ("input", "output"):
-        raise ValueError(f"kind must be 'input' or 'output', got {kind!r}")
+    try:
+        kind = DeviceKind(kind)
+    except ValueError:
+        raise ValueError(f"kind must be 'input' or 'output', got {kind!r}") from None
     import_sounddevice()  # a missing PortAudio is its own, clearer error
     inputs, outputs = list_audio_devices()
-    devices = inputs if kind == "input" else outputs
+    devices = inputs if kind is DeviceKind.INPUT else outputs
     wanted = name_or_index
     if isinstance(wanted, str) and wanted.strip().lstrip("-").isdigit():
         wanted = int(wanted.strip())
-    if wanted is None or (isinstance(wanted, str) and wanted.strip().lower() in _DEFAULT_NAMES):
+    if is_default_setting(wanted):
         for device in devices:
             if device.is_default:
                 return device

@@ -25,13 +25,8 @@ from engine.audio.mic import MicSource, StreamResampler
 from engine.audio.sd_devices import AudioDevice, list_audio_devices, resolve_device
 from engine.audio.speaker import SpeakerSink
 from engine.errors import AudioDeviceError, AudioInputError, ConfigError
-
-try:
-    from fixtures_audio import (INPUTS, OUTPUTS, dominant_frequency, needs_input, needs_output,
-                                sine, write_wav)
-except ImportError:  # tests/ collected as a package
-    from tests.fixtures_audio import (INPUTS, OUTPUTS, dominant_frequency, needs_input,
-                                      needs_output, sine, write_wav)
+from tests.support.audio import dominant_frequency, sine, write_wav
+from tests.support.sound_devices import INPUTS, OUTPUTS, needs_input, needs_output
 
 BLOCK = 512  # 32 ms at 16 kHz
 

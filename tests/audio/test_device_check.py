@@ -13,28 +13,13 @@ import pytest
 from engine.audio.file_sink import FileSink
 from engine.audio.file_source import FileSource
 from engine.audio.speaker import SpeakerSink
-from engine.config import EngineConfig
-from engine.runtime.hub import HubStatus
 from engine.runtime.model_registry import ModelRegistry
-from engine.runtime.placement import resolve_placements
 from engine.audio.device_check import (MIC_STAGES, SPEAKER_STAGES, MicCheck, SpeakerCheck, dbfs,
                                        missing_models)
-
-try:
-    from fixtures_faults import install_fake_sound, parley_threads
-    from fixtures_stt import normalize
-except ImportError:  # tests/ collected as a package
-    from tests.fixtures_faults import install_fake_sound, parley_threads
-    from tests.fixtures_stt import normalize
-
-
-def check_models(registry: ModelRegistry) -> dict[str, object]:
-    """The VAD, STT and TTS models of the default offline config (no LLM: the check
-    does not use one)."""
-    config = EngineConfig()
-    placements = resolve_placements(config, hub=HubStatus(offline=True))
-    return {stage: registry.acquire(placements[stage], config.stage_config(stage))
-            for stage in MIC_STAGES + SPEAKER_STAGES}
+from tests.support.device_check import check_models
+from tests.support.fake_sound import install_fake_sound
+from tests.support.threads import parley_threads
+from tests.support.transcripts import normalize_spelled
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +45,7 @@ def test_the_recording_is_heard_and_transcribed(models, one_two_three_path):
     result = check.run()
     assert result.ok, result.message
     assert result.heard and result.message is None
-    words = normalize(result.transcript).split()
+    words = normalize_spelled(result.transcript).split()
     assert {"one", "two", "three"} <= set(words), result.transcript
     assert result.peak_dbfs > -40 and max(levels) > 0.01
     assert result.device == str(one_two_three_path)  # a file source is named by its path
@@ -73,7 +58,7 @@ def test_the_check_stops_once_the_sentence_ended(models, jfk_path):
     """A long recording: the check transcribes at most ``max_seconds`` of it."""
     result = mic_check(models, FileSource(jfk_path, realtime=False), max_seconds=4.0).run()
     assert result.heard and result.seconds <= 4.1
-    assert "americans" in normalize(result.transcript), result.transcript
+    assert "americans" in normalize_spelled(result.transcript), result.transcript
 
 
 @pytest.mark.slow
@@ -117,7 +102,7 @@ def test_the_fake_microphone_hears_the_recording(models, monkeypatch, one_two_th
     result = mic_check(models, MicSource("default")).run()
     assert result.ok, result.message
     assert result.device == "Fake input"
-    assert {"one", "two", "three"} <= set(normalize(result.transcript).split())
+    assert {"one", "two", "three"} <= set(normalize_spelled(result.transcript).split())
     assert not sound.live("input")  # closed again
 
 
@@ -204,3 +189,66 @@ def test_cancel_stops_the_speaker_check(models):
     timer.join()
     assert result.cancelled and not result.played
     assert sink.seconds_played < result.seconds
+
+
+@pytest.mark.slow
+def test_invalid_samples_are_named_not_taken_for_silence(models):
+    garbage = np.full(16000 * 2, np.nan, np.float32)
+    check = mic_check(models, FileSource(garbage, realtime=False), device="USB Mic")
+    result = check.run()
+    assert not result.heard and result.peak_dbfs == -120.0
+    assert result.message.startswith("microphone 'USB Mic' delivered invalid samples")
+    assert "pick another input" in result.message
+    assert check.health.state.value == "invalid"  # the guard's report, as the pipeline's
+
+
+@pytest.mark.slow
+def test_the_check_takes_the_pipelines_vad_and_stt_settings(models, one_two_three_path):
+    """The same recording: no speech where the VAD setting asks for 5 s of it at once; the
+    padding around the speech, the language and the beam width are the settings'."""
+    from engine.config import SttConfig, VadConfig
+
+    class Spy:
+        def __init__(self, model) -> None:
+            self.model, self.calls = model, []
+
+        def transcribe(self, audio, language=None, beam_size=1):
+            self.calls.append((audio.size, language, beam_size))
+            return self.model.transcribe(audio, language, beam_size)
+
+    strict = mic_check(models, FileSource(one_two_three_path, realtime=False),
+                       vad=VadConfig(min_speech_ms=5000)).run()
+    assert not strict.heard and "no speech" in strict.message
+    stt = Spy(models["stt"])
+    for pad_ms, language in ((0, "en"), (250, "")):
+        result = MicCheck(FileSource(one_two_three_path, realtime=False), models["vad"], stt,
+                          VadConfig(pad_ms=pad_ms), SttConfig(language=language, beam_size=2)).run()
+        assert result.ok, result.message
+        assert 0.5 < result.speech_seconds < result.seconds
+    (tight, *_), (padded, *_) = stt.calls
+    assert [call[1:] for call in stt.calls] == [("en", 2), (None, 2)]  # "" is detection
+    # 250 ms is 8 frames of 512: all of them after the speech (a second of silence follows
+    # it), as many as the recording has before it
+    assert 8 * 512 <= padded - tight <= 2 * 8 * 512
+
+
+def test_frames_keep_their_capture_times_across_blocks():
+    from engine.audio.framing import Framer
+
+    framer = Framer(4, rate=4)
+    assert framer.push(np.arange(3, dtype=np.float32), 10.0) == []
+    frames = framer.push(np.arange(3, 9, dtype=np.float32), 10.75)
+    assert [(f.tolist(), t) for f, t in frames] == [([0, 1, 2, 3], 10.0), ([4, 5, 6, 7], 11.0)]
+    framer.reset()
+    assert [t for _f, t in framer.push(np.zeros(4, np.float32), 20.0)] == [20.0]
+
+
+def test_the_sentence_ends_after_a_second_of_silence_whatever_the_vad_wait():
+    from engine.audio.device_check import END_SILENCE_S, check_turns
+    from engine.config import VadConfig
+
+    for wait_ms in (100, 300, 800):
+        turns = check_turns(VadConfig(min_silence_ms=wait_ms))
+        assert wait_ms + turns.reopen_grace_ms == END_SILENCE_S * 1000
+        assert not turns.speculative and not turns.live_transcription
+    assert check_turns(VadConfig(min_silence_ms=3000)).reopen_grace_ms == 0

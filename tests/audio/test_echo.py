@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from engine.audio import echo
-from engine.audio.base import AudioBlock, InputMarker
+from engine.audio.base import AudioBlock, AudioSource, InputMarker
 from engine.audio.buffer import PlaybackQueue
 from engine.audio.decode import load_audio
 from engine.audio.echo import (APM_DELAY_SAMPLES, FRAME, RATE, EchoCanceller, EchoMeter, ReferenceLane,
@@ -137,7 +137,7 @@ class TimedFileSink(FileSink):
         self.heard = np.zeros(int(seconds * rate), np.float32)
         self.heard_until = 0.0  # perf_counter() up to which ``heard`` is written
 
-    def _start(self, rate: int) -> None:
+    def _start(self, rate: int) -> PlaybackQueue:
         sink = self
 
         class Queue(PlaybackQueue):
@@ -148,12 +148,13 @@ class TimedFileSink(FileSink):
 
         with self._lock:  # FileSink._start, with the recording queue
             if self._queue is not None:
-                return
+                return self._queue
             self.sample_rate = rate
-            self._queue = Queue(rate)
-            self._thread = threading.Thread(target=self._clock, name="parley-filesink-clock",
-                                            daemon=True)
+            queue = self._queue = Queue(rate)
+            self._thread = threading.Thread(target=self._clock, args=(queue,),
+                                            name="parley-filesink-clock", daemon=True)
             self._thread.start()
+            return queue
 
     def _heard(self, out: np.ndarray, t_heard: float) -> None:
         if self.t0 is None:
@@ -401,7 +402,7 @@ def test_a_native_library_that_fails_to_load_turns_auto_off_and_on_into_an_error
 
 
 # ---------------------------------------------------------------------- the real pipeline
-class RoomSource:
+class RoomSource(AudioSource):
     """A paced source: the user's ``script`` plus what the sink played, heard through
     the room ``h`` with a little noise, block by block at the microphone's pace.
 
@@ -492,12 +493,12 @@ def run_room(registry, script, overrides, h, then=None, after_s=1.5, max_extra_s
     """The offline engine on a room: returns (turns, events, sink, source, canceller)."""
     from engine.engine import Engine
     from engine.runtime.hub import HubStatus
-    from tests.engine.test_turn_taking_live import Recorder
+    from tests.support.events import EventRecorder
 
     config = EngineConfig().with_overrides(overrides)
     engine = Engine(config, registry=registry, hub=HubStatus(offline=True))
     engine.load()
-    recorder = Recorder()
+    recorder = EventRecorder()
     engine.subscribe(recorder)
     sink = TimedFileSink()
     source = RoomSource(script, sink, h, then=then, after_s=after_s, max_extra_s=max_extra_s)

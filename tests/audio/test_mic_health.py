@@ -1,6 +1,6 @@
 """A microphone that delivers invalid samples, or nothing: detected where blocks are read,
 reported once per episode, replaced by silence before the VAD, and shown on a meter that
-stays on its scale. The sound card is ``tests.fixtures_faults.FakeSoundDevice``; the VAD,
+stays on its scale. The sound card is ``tests.support.fake_sound.FakeSoundDevice``; the VAD,
 the models and the pipeline are real.
 """
 
@@ -20,11 +20,8 @@ from engine.engine import Engine
 from engine.pipeline.events import AudioStatus, EngineError, UserSpeaking
 from engine.runtime.hub import HubStatus
 from engine.runtime.model_registry import ModelRegistry
-
-try:
-    from fixtures_faults import FakeSoundDevice, install_fake_sound, parley_threads, wait_for
-except ImportError:  # tests/ collected as a package
-    from tests.fixtures_faults import FakeSoundDevice, install_fake_sound, parley_threads, wait_for
+from tests.support.fake_sound import FakeSoundDevice, install_fake_sound
+from tests.support.threads import parley_threads, wait_for
 
 BLOCK = 512
 
@@ -138,7 +135,7 @@ def test_the_input_level_stays_on_its_scale(sound):
 
 
 def test_the_level_meter_clamps_to_its_scale(qtbot):
-    from app.performance.meters import LevelMeter
+    from app.core.widgets import LevelMeter
 
     meter = LevelMeter()
     qtbot.addWidget(meter)
@@ -184,7 +181,7 @@ def registry():
 @pytest.mark.slow
 def test_garbage_from_the_microphone_is_reported_never_starts_a_turn_and_crashes_nothing(
         registry, monkeypatch, qtbot):
-    from app.performance.meters import LevelMeter
+    from app.core.widgets import LevelMeter
 
     sound = install_fake_sound(monkeypatch, FakeSoundDevice(period_s=0.008))
     from engine.audio.speaker import SpeakerSink
