@@ -1,6 +1,7 @@
 # Parley: `make run` installs and starts the app; `make test` installs the test tools, runs
-# ruff and then every test. Both create .venv on first use. `make screenshots` refreshes
-# the PNGs in resources/screenshots (tests write theirs to a temporary folder).
+# ruff, pyright (engine/, see [tool.pyright] in pyproject.toml) and then every test. Both
+# create .venv on first use. `make screenshots` refreshes the PNGs in resources/screenshots
+# (tests write theirs to a temporary folder).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -43,6 +44,8 @@ bench: install
 
 test: install-dev
 	$(BIN)/ruff check .
+	# No look-up of a newer pyright-python on PyPI: the check runs offline, and quietly.
+	PYRIGHT_PYTHON_IGNORE_WARNINGS=1 $(BIN)/pyright
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Tests write screenshots to a temporary folder; this refreshes the ones tracked in git.

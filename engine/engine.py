@@ -13,8 +13,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from engine.audio.base import AudioSink, AudioSource
+from engine.backends.base import Backend, StageModels, model_of
 from engine.config import STAGES, EndOfTurn, EngineConfig, require_one_unit
 from engine.config_diff import ConfigDiff, Effect, diff_configs
 from engine.runtime.devices import DeviceInfo
@@ -27,7 +29,13 @@ from engine.runtime.mlx_lock import MlxLockSnapshot, get_mlx_lock
 from engine.pipeline.metrics import Metrics, StageStats, TurnRecord
 from engine.runtime.model_registry import ModelRegistry
 from engine.pipeline.unit import PipelineUnit
+from engine.report import placement_dict
 from engine.runtime.placement import Placement, resolve_placements
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from engine.backends.voices import VoiceList
 
 
 class EngineState(enum.Enum):
@@ -85,7 +93,7 @@ class Engine:
         self.metrics = Metrics()
         self.events = EventHub()
         self.state = EngineState.CREATED
-        self.models: dict[str, object] = {}
+        self.models: dict[str, Backend] = {}
         self.units: list[PipelineUnit] = []
         self._lock = threading.Lock()
         self._turn_ids = itertools.count(1)  # unique across units and restarts
@@ -129,7 +137,7 @@ class Engine:
             for stage in STAGES:
                 self.models[stage] = self._acquire(stage, self.placements[stage], self.config,
                                                    progress)
-                _check_runtime_options(stage, self.models[stage], self.config)
+                _check_runtime_options(self.models, stage, self.config)
             self._prepare_turn_model(self.config)
         except BaseException:
             self.release_models()
@@ -165,7 +173,7 @@ class Engine:
             self._runtime_notes.append(line)
 
     def _acquire(self, stage: str, placement: Placement, config: EngineConfig,
-                 progress: ProgressFn | None) -> object:
+                 progress: ProgressFn | None) -> Backend:
         """The model of ``stage`` from the registry (loaded and warmed up, or shared)."""
         def report(fraction: float | None, text: str) -> None:
             if progress:
@@ -182,17 +190,16 @@ class Engine:
             if error is exc:
                 raise
             raise error from exc
-        warmup = getattr(model, "warmup", None)
-        if callable(warmup) and not shared:  # a shared model is warm already
+        if not shared:  # a shared model is warm already
             try:
-                warmup()
+                model.warmup()
             except BaseException as exc:
                 self.registry.release(placement, options)
                 error = _load_error(placement, exc) if isinstance(exc, Exception) else exc
                 if error is exc:
                     raise
                 raise error from exc
-        report(1.0, f"{stage} ready on {getattr(model, 'actual_device', placement.device)}")
+        report(1.0, f"{stage} ready on {model.actual_device}")
         return model
 
     def apply(self, config: EngineConfig, progress: ProgressFn | None = None) -> ConfigDiff:
@@ -227,12 +234,13 @@ class Engine:
             reload = [s for s in diff.reload_stages
                       if key(placements[s], config.stage_config(s))
                       != key(self.placements[s], self.config.stage_config(s))]
-            loaded: dict[str, object] = {}
+            loaded: dict[str, Backend] = {}
             try:
                 for stage in reload:
                     loaded[stage] = self._acquire(stage, placements[stage], config, progress)
+                models = {**self.models, **loaded}
                 for stage in STAGES:
-                    _check_runtime_options(stage, loaded.get(stage, self.models[stage]), config)
+                    _check_runtime_options(models, stage, config)
             except BaseException:
                 for stage in loaded:
                     self.registry.release(placements[stage], config.stage_config(stage))
@@ -322,26 +330,37 @@ class Engine:
             done = unit.new_conversation(max(0.1, deadline - time.monotonic())) and done
         return done
 
-    def voices(self):
-        """The voices of the loaded TTS model (an ``engine.backends.voices.VoiceList``)."""
-        from engine.backends.voices import voices_of
+    def voices(self) -> VoiceList:
+        """The voices of the loaded TTS model."""
+        self._require_model("tts")
+        return model_of(self.models, "tts").voices()
 
-        return voices_of(self._loaded_model("tts"))
-
-    def preview_voice(self, text: str, voice: str = "auto", speed: float = 1.0):
+    def preview_voice(self, text: str, voice: str = "auto",
+                      speed: float = 1.0) -> tuple[np.ndarray, int]:
         """Speak ``text`` with the loaded TTS model as ``voice`` at ``speed``, apart from
         the pipeline (its settings and queues are untouched): (float32 mono audio, rate).
         Blocks while it synthesises: call it off the GUI thread."""
         from engine.backends.voices import preview
 
-        return preview(self._loaded_model("tts"), self.config, text, voice, speed)
+        self._require_model("tts")
+        return preview(model_of(self.models, "tts"), self.config, text, voice, speed)
 
-    def _loaded_model(self, stage: str) -> object:
-        model = self.models.get(stage)
-        if model is None:
+    def _require_model(self, stage: str) -> None:
+        """A ParleyError unless the model of ``stage`` is loaded."""
+        if stage not in self.models:
             raise ParleyError(f"the engine has no {stage} model while {self.state.value}; "
                               "load it first")
-        return model
+
+    def actual_device(self, stage: str) -> str | None:
+        """Where the loaded model of ``stage`` really is (None before it is loaded)."""
+        model = self.models.get(stage)
+        return None if model is None else model.actual_device
+
+    def placement_dicts(self) -> list[dict]:
+        """Each stage's placement and where its model really is, as JSON-ready dicts
+        (``engine.report.placement_dict``): what ``converse --json``, the history and the
+        server's ``/v1/parley`` report."""
+        return [placement_dict(p, self.actual_device(s)) for s, p in self.placements.items()]
 
     def wait_drained(self, timeout: float | None = None) -> bool:
         """Wait until every unit's input ended and all replies were played."""
@@ -387,8 +406,7 @@ class Engine:
             level = max(level, unit.source.level)
             overflows += unit.source.overflow_count
         placements = tuple(
-            StagePlacement(s, p.backend, p.model, str(p.device),
-                           getattr(self.models.get(s), "actual_device", None), p.bundled)
+            StagePlacement(s, p.backend, p.model, str(p.device), self.actual_device(s), p.bundled)
             for s, p in self.placements.items()
         )
         in_use = {str(p.device) for p in self.placements.values()}
@@ -423,10 +441,11 @@ def _load_error(placement: Placement, exc: Exception) -> Exception:
                           str(placement.device), exc)
 
 
-def _check_runtime_options(stage: str, model: object, config: EngineConfig) -> None:
-    """ConfigError when a per-call setting cannot be used with ``model`` (a language an
-    English-only Whisper cannot speak, a voice the TTS lacks), before anything runs."""
-    if stage == "stt" and hasattr(model, "check_language"):
-        model.check_language(config.stt.language or None)
-    elif stage == "tts" and hasattr(model, "check_voice"):
-        model.check_voice(config.tts.voice)
+def _check_runtime_options(models: StageModels, stage: str, config: EngineConfig) -> None:
+    """ConfigError when a per-call setting cannot be used with the model of ``stage`` (a
+    language an English-only Whisper cannot speak, a voice the TTS lacks), before anything
+    runs."""
+    if stage == "stt":
+        model_of(models, "stt").check_language(config.stt.language or None)
+    elif stage == "tts":
+        model_of(models, "tts").check_voice(config.tts.voice)

@@ -17,7 +17,7 @@ from engine.config import EngineConfig, require_one_unit
 from engine.engine import Engine
 from engine.pipeline.events import EngineError, Event
 from engine.runtime.hub import HubStatus
-from engine.pipeline.metrics import TurnRecord
+from engine.pipeline.metrics import Mark, TurnRecord
 from engine.runtime.model_registry import ModelRegistry
 
 ProgressFn = Callable[[str, float | None, str], None]  # (stage, fraction 0..1 or None, text)
@@ -91,5 +91,5 @@ def run_recording(engine: Engine, audio: np.ndarray, output: str | None, realtim
         unsubscribe()
     if stuck:
         errors.append(f"threads did not stop: {', '.join(stuck)}")
-    turns = [t for t in engine.metrics.turns() if t.marks.get("speech_start", 0) >= t_run]
+    turns = [t for t in engine.metrics.turns() if t.marks.get(Mark.SPEECH_START, 0) >= t_run]
     return turns, errors

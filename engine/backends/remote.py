@@ -27,11 +27,12 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
+from engine.config import LlmConfig, RemoteFields, SttConfig, TtsConfig
 from engine.errors import ConfigError, MissingDependencyError, ParleyError
 
 log = logging.getLogger("parley.remote")
@@ -109,18 +110,18 @@ class Endpoint:
     retries: int = 1
 
     @classmethod
-    def of(cls, stage: str, options) -> Endpoint:
+    def of(cls, stage: str, options: RemoteFields) -> Endpoint:
         """The endpoint of a stage's config section; ConfigError if its URL is missing or bad."""
-        raw = (getattr(options, "base_url", "") or "").strip()
+        raw = options.base_url.strip()
         if not raw:
             raise ConfigError(f"the {stage} stage is remote, but '{stage}.base_url' is empty: set "
                               "it to an OpenAI-compatible server, e.g. http://gpu-box:8000/v1")
-        env = (getattr(options, "api_key_env", "") or "").strip()
+        env = options.api_key_env.strip()
         if env and (not env.replace("_", "").isalnum() or env[0].isdigit()):
             raise ConfigError(f"'{stage}.api_key_env' = {env!r} is not an environment variable "
                               "name: name the variable that holds the key, not the key itself")
         return cls(stage, normalise_base_url(raw, f"{stage}.base_url"), env,
-                   float(getattr(options, "timeout_s", 30.0)), int(getattr(options, "retries", 1)))
+                   float(options.timeout_s), int(options.retries))
 
     @property
     def host(self) -> str:
@@ -182,7 +183,14 @@ def http_library():
     ``httpx`` (1.x); the two share the API used here."""
     import openai._base_client as base
 
-    return getattr(base, "httpx2", None) or base.httpx
+    # openai 3.x has httpx2 and no httpx; 1.x and 2.x the other way round.
+    return getattr(base, "httpx2", None) or base.httpx  # pyright: ignore[reportAttributeAccessIssue]
+
+
+class _ThreadTiming(threading.local):
+    """The timing of the calling thread's last request (None before its first)."""
+
+    timing: RequestTiming | None = None
 
 
 def _timed_transport(inner):
@@ -192,7 +200,7 @@ def _timed_transport(inner):
     class TimedTransport(hx.BaseTransport):
         def __init__(self) -> None:
             self._inner = inner
-            self._local = threading.local()
+            self._local = _ThreadTiming()
 
         def handle_request(self, request):
             timing = RequestTiming(time.perf_counter())
@@ -203,7 +211,7 @@ def _timed_transport(inner):
             return response
 
         def last(self) -> RequestTiming | None:
-            return getattr(self._local, "timing", None)
+            return self._local.timing
 
         def close(self) -> None:
             self._inner.close()
@@ -292,12 +300,13 @@ def _said(body: object, text: str, secret: str | None) -> str:
     return f" (the server said: {message})" if message else ""
 
 
-def _causes(exc: BaseException):
+def _causes(exc: BaseException) -> Iterator[BaseException]:
     seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
 
 
 def _retry_after(headers) -> float | None:
@@ -516,7 +525,8 @@ def probe(endpoint: Endpoint, timeout_s: float = PROBE_TIMEOUT_S) -> ProbeResult
                        seconds=time.perf_counter() - started, hints=hints)
 
 
-def probe_stage(stage: str, options, timeout_s: float = PROBE_TIMEOUT_S) -> tuple[ProbeResult, str | None]:
+def probe_stage(stage: str, options: SttConfig | LlmConfig | TtsConfig,
+                timeout_s: float = PROBE_TIMEOUT_S) -> tuple[ProbeResult, str | None]:
     """Probe the endpoint of one stage's config section; the result and why the stage's
     model cannot be used there (None when it can). ConfigError for a bad base_url."""
     result = probe(Endpoint.of(stage, options), timeout_s)
@@ -528,7 +538,7 @@ def discover_endpoints(config, timeout_s: float = PROBE_TIMEOUT_S) -> list:
     stages' endpoints probed in parallel (``timeout_s`` at most)."""
     from engine.runtime.devices import Device, DeviceInfo
 
-    stages = [s for s in REMOTE_STAGES if getattr(config.stage_config(s), "base_url", "").strip()]
+    stages = [s for s in REMOTE_STAGES if config.stage_config(s).base_url.strip()]
     endpoints: dict[str, Endpoint] = {}
     infos: dict[str, DeviceInfo] = {}
     for stage in stages:

@@ -8,11 +8,15 @@ it cannot list (a remote server decides its own voices).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from engine.errors import ConfigError
+
+if TYPE_CHECKING:
+    from engine.backends.base import TtsModel
+    from engine.config import EngineConfig
 
 
 class Voice(NamedTuple):
@@ -40,25 +44,15 @@ class VoiceList:
         return [v.name for v in self.voices]
 
 
-def voices_of(model: object) -> VoiceList:
-    """The voices of a loaded TTS model: its own ``voices()``, or just ``auto``."""
-    listing = getattr(model, "voices", None)
-    if callable(listing):
-        return listing()
-    return VoiceList((Voice("auto", "auto (the model's own voice)"),),
-                     note=f"{type(model).__name__} names no voices")
-
-
-def preview(model, config, text: str, voice: str, speed: float) -> tuple[np.ndarray, int]:
+def preview(model: TtsModel, config: EngineConfig, text: str, voice: str,
+            speed: float) -> tuple[np.ndarray, int]:
     """``text`` spoken by the TTS ``model`` as ``voice`` at ``speed``: (float32 mono, rate).
 
     ``voice`` and ``speed`` are validated as an Apply of ``config`` would (a ConfigError
     naming the setting), so a preview never plays what the setting could not keep.
     """
     options = config.with_overrides({"tts.voice": voice, "tts.speed": speed}).tts
-    check = getattr(model, "check_voice", None)
-    if callable(check):
-        check(options.voice)
+    model.check_voice(options.voice)
     if not text.strip():
         raise ConfigError("the preview text is empty; type a sentence to hear")
     chunks = list(model.synthesize(text, lambda: False, options.voice, options.speed))

@@ -35,10 +35,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from engine.audio.pcm import frame_rms, to_pcm16
 from engine.errors import ParleyError
+
+if TYPE_CHECKING:
+    import aiohttp  # imported where a client connects: the bench runs without the server extra
 
 CLIENT_RATE = 24000  # the Realtime API's audio/pcm rate
 CHUNK_S = 0.04
@@ -69,23 +74,12 @@ def speech_end(audio: np.ndarray, rate: int, frame_s: float = FRAME_S,
     frame = max(1, round(rate * frame_s))
     if audio.size == 0:
         return 0
-    n = -(-audio.size // frame)
-    padded = np.zeros(n * frame, np.float32)
-    padded[:audio.size] = audio
-    counts = np.full(n, frame, np.float64)
-    counts[-1] = audio.size - (n - 1) * frame
-    rms = np.sqrt((padded.reshape(n, frame).astype(np.float64) ** 2).sum(axis=1) / counts)
-    peak = float(rms.max())
+    loudness = frame_rms(audio, frame)
+    peak = float(loudness.max())
     if peak <= 0.0:
         return 0
-    loud = np.flatnonzero(rms >= peak * 10 ** (-below_peak_db / 20))
+    loud = np.flatnonzero(loudness >= peak * 10 ** (-below_peak_db / 20))
     return int(min(audio.size, (loud[-1] + 1) * frame))
-
-
-def to_pcm16(audio: np.ndarray) -> bytes:
-    """float32 in -1..1 (clipped) -> little-endian signed 16-bit samples."""
-    scaled = np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0) * 32767.0
-    return np.rint(scaled).astype("<i2").tobytes()
 
 
 @dataclass(frozen=True)
@@ -228,9 +222,9 @@ class TurnTracker:
 
     def reply(self, speech_end_t: float) -> Response | None:
         """The first response whose audio started after ``speech_end_t``."""
-        late = [r for r in self.responses.values()
+        late = [(r.first_audio_t, r) for r in self.responses.values()
                 if r.first_audio_t is not None and r.first_audio_t >= speech_end_t]
-        return min(late, key=lambda r: r.first_audio_t) if late else None
+        return min(late, key=lambda pair: pair[0])[1] if late else None
 
     def early_responses(self, speech_end_t: float) -> int:
         return sum(1 for r in self.responses.values()
@@ -346,8 +340,8 @@ class RealtimeClient:
         self.session_update = session_update
         self.clock = clock
         self.tracker = TurnTracker()
-        self._session = None
-        self._ws = None
+        self._session: aiohttp.ClientSession | None = None
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._reader: asyncio.Task | None = None
         self._changed = asyncio.Event()
         self._closed: str | None = None
@@ -368,9 +362,11 @@ class RealtimeClient:
 
         self._session = aiohttp.ClientSession()
         try:
-            self._ws = await self._session.ws_connect(
-                self.url, timeout=aiohttp.ClientWSTimeout(ws_close=5.0), max_msg_size=0,
-                autoping=True)
+            # aiohttp declares ClientWSTimeout's fields with attr.ib(type=...), which
+            # pyright does not read as parameters.
+            timeout = aiohttp.ClientWSTimeout(ws_close=5.0)  # pyright: ignore[reportCallIssue]
+            self._ws = await self._session.ws_connect(self.url, timeout=timeout, max_msg_size=0,
+                                                      autoping=True)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             await self.close()
             raise self._fail(f"cannot connect to {self.url}: {exc}") from None
@@ -384,8 +380,9 @@ class RealtimeClient:
     async def _read(self) -> None:
         import aiohttp
 
+        ws = self._socket()
         try:
-            async for msg in self._ws:
+            async for msg in ws:
                 if msg.type is aiohttp.WSMsgType.TEXT:
                     try:
                         event = json.loads(msg.data)
@@ -395,12 +392,12 @@ class RealtimeClient:
                         if isinstance(event, dict):
                             self.tracker.feed(self.clock(), event)
                 elif msg.type is aiohttp.WSMsgType.ERROR:
-                    self._closed = f"the connection failed: {self._ws.exception()}"
+                    self._closed = f"the connection failed: {ws.exception()}"
                     break
                 self._changed.set()
         finally:
             if self._closed is None:
-                code = self._ws.close_code
+                code = ws.close_code
                 self._closed = f"the server closed the connection (code {code})"
             self._changed.set()
 
@@ -427,7 +424,7 @@ class RealtimeClient:
         if self._closed is not None:
             raise self._fail(self._closed)
         try:
-            await self._ws.send_str(json.dumps(event))
+            await self._socket().send_str(json.dumps(event))
         except (ConnectionError, RuntimeError) as exc:
             raise self._fail(f"cannot send {event.get('type')}: {exc}") from None
 
@@ -463,6 +460,11 @@ class RealtimeClient:
 
         await self._wait(done, timeout, f"the reply to {Path(utterance.name).name}")
         return turn_result(self.client, self.tracker, utterance, sent, late, chunk_s)
+
+    def _socket(self) -> aiohttp.ClientWebSocketResponse:
+        if self._ws is None:
+            raise self._fail("not connected (connect first)")
+        return self._ws
 
     async def close(self) -> None:
         if self._ws is not None and not self._ws.closed:

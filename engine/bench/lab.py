@@ -20,14 +20,18 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from engine.bench.layouts import ResolvedLayout, parse_layouts, resolve_layouts
 from engine.config import EngineConfig, config_fields, load_config, require_one_unit
 from engine.bench.sampler import PeriodicSampler
-from engine.errors import AudioInputError, ConfigError, NoSpeechError, ParleyError
+from engine.errors import AudioInputError, ConfigError, NoSpeechError, ParleyError, run_command
 from engine.pipeline.metrics import Figure
-from engine.report import bench_summary, format_value, placement_dict, turn_dict
+from engine.report import bench_summary, format_value, turn_dict
 from engine.runtime.stats import percentile
+
+if TYPE_CHECKING:
+    from engine.engine import Engine
 
 TABLE = (Figure.VOICE_TO_VOICE_S, Figure.STT_COMPUTE_S, Figure.LLM_FIRST_CHUNK_COMPUTE_S,
          Figure.TTS_FIRST_COMPUTE_S, Figure.LLM_TOKENS_PER_S, Figure.STT_RTF, Figure.TTS_RTF)
@@ -106,7 +110,7 @@ def _used(devices: set[str]) -> dict[str, int]:
     return {r.device: r.used_bytes for r in sample_memory(devices)}
 
 
-def _lock_waits(engine) -> dict[str, float]:
+def _lock_waits(engine: Engine) -> dict[str, float]:
     """Total wait so far on the MLX lock (if the engine uses MLX) and on each model's lock."""
     from engine.runtime.mlx_lock import get_mlx_lock
 
@@ -115,10 +119,9 @@ def _lock_waits(engine) -> dict[str, float]:
     if mlx_lock is not None:
         waits["mlx"] = mlx_lock.snapshot().wait_total
     for stage, model in engine.models.items():
-        lock = getattr(model, "lock", None)
-        snapshot = getattr(lock, "snapshot", None)
-        if callable(snapshot) and lock is not mlx_lock:  # an MLX model's lock is the MLX lock
-            waits[f"{stage} model"] = snapshot().wait_total
+        lock = model.lock
+        if lock is not None and lock is not mlx_lock:  # an MLX model's lock is the MLX lock
+            waits[f"{stage} model"] = lock.snapshot().wait_total
     return waits
 
 
@@ -251,9 +254,7 @@ def run_layouts(args: argparse.Namespace, resolved: list[ResolvedLayout], audios
                         v2v = [t["voice_to_voice_s"] for t in turns if t["voice_to_voice_s"] is not None]
                         _say(f"run {run + 1}/{args.runs} {args.inputs[which]} {label}: "
                              + ", ".join(f"{v * 1000:.0f} ms" for v in v2v))
-        placements = [[placement_dict(p, getattr(engine.models.get(s), "actual_device", None))
-                       for s, p in layout.placements.items()]
-                      for layout, engine in zip(resolved, engines)]
+        placements = [engine.placement_dicts() for engine in engines]
     finally:
         for engine in engines:
             engine.close()
@@ -340,7 +341,8 @@ def main(argv: list[str], add_config_flags: Callable[[argparse.ArgumentParser], 
     args = build_parser(add_config_flags).parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(name)s: %(message)s", stream=sys.stderr)
-    try:
+
+    def measure() -> int:
         resolved, audios = plan(args)
         doc = run_layouts(args, resolved, audios)
         if args.plot:
@@ -348,16 +350,12 @@ def main(argv: list[str], add_config_flags: Callable[[argparse.ArgumentParser], 
 
             plot_layouts(doc, args.plot)
             _say(f"plot written to {args.plot}")
-    except ParleyError as exc:
-        print(f"parley-cli: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("parley-cli: interrupted", file=sys.stderr)
-        return 130
-    if args.json:  # the one JSON document on stdout; progress went to stderr
-        print(json.dumps(doc, indent=2, ensure_ascii=False))
-    else:
-        print(format_layouts(doc))
-    if doc.get("warning"):
-        _say(f"WARNING: {doc['warning']}")
-    return 0
+        if args.json:  # the one JSON document on stdout; progress went to stderr
+            print(json.dumps(doc, indent=2, ensure_ascii=False))
+        else:
+            print(format_layouts(doc))
+        if doc.get("warning"):
+            _say(f"WARNING: {doc['warning']}")
+        return 0
+
+    return run_command(measure)

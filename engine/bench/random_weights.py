@@ -57,7 +57,9 @@ def build_random_whisper(folder: Path, layers: int | None = None, seed: int = 0)
         return folder
     import torch
     from transformers import (GenerationConfig, WhisperConfig, WhisperFeatureExtractor,
-                              WhisperForConditionalGeneration, WhisperProcessor, WhisperTokenizerFast)
+                              WhisperForConditionalGeneration, WhisperProcessor)
+    # transformers 5 keeps the 4.x name as a lazy alias that its type stubs do not list.
+    from transformers import WhisperTokenizerFast  # pyright: ignore[reportAttributeAccessIssue]
 
     tokenizer_file = _bundled_whisper_tokenizer()
     tokenizer = WhisperTokenizerFast(tokenizer_file=str(tokenizer_file), unk_token="<|endoftext|>",

@@ -46,7 +46,7 @@ from pathlib import Path
 
 from engine.bench.clients import (CHUNK_S, SILENCE_TAIL_S, BenchRunError, TurnResult, Utterance,
                                   concurrent_turns, get_json)
-from engine.errors import ConfigError, ParleyError
+from engine.errors import ConfigError, run_command
 from engine.runtime.stats import percentile
 
 PROG = "parley-cli bench serve"
@@ -253,10 +253,19 @@ class ServerProcess:
     def pool_url(self) -> str:
         return re.sub(r"^ws", "http", self.url or "").replace("/v1/realtime", "/v1/pool")
 
+    @property
+    def ws_url(self) -> str:
+        """The WebSocket URL it serves on, known once ``start`` returned."""
+        if self.url is None:
+            raise BenchRunError(f"the server with {self.units} unit(s) is not serving yet")
+        return self.url
+
     def tail(self) -> str:
         return "\n".join(f"  | {line}" for line in self._tail) or "  (no output)"
 
     def _read(self) -> None:
+        if self.proc is None or self.proc.stdout is None:
+            return  # started by start(), once the process and its pipe exist
         for line in self.proc.stdout:
             line = line.rstrip("\n")
             self._tail.append(line)
@@ -271,24 +280,24 @@ class ServerProcess:
         """Start it and wait for its ``serving on`` line; returns the WebSocket URL."""
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         try:
-            self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, text=True, errors="replace", env=env,
-                                         start_new_session=True)
+            self.proc = proc = subprocess.Popen(
+                self.command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True, errors="replace", env=env, start_new_session=True)
         except OSError as exc:
             raise BenchRunError(f"cannot start {' '.join(self.command[:4])}: {exc}") from None
         self._reader = threading.Thread(target=self._read, name=f"serve-{self.units}-output", daemon=True)
         self._reader.start()
         deadline = time.monotonic() + timeout
         while not self._ready.wait(0.2):
-            if self.proc.poll() is not None:
+            if proc.poll() is not None:
                 self._reader.join(2.0)
                 raise BenchRunError(f"the server with {self.units} unit(s) exited with status "
-                                    f"{self.proc.returncode} before it served; its last output:\n"
+                                    f"{proc.returncode} before it served; its last output:\n"
                                     f"{self.tail()}")
             if time.monotonic() > deadline:
                 raise BenchRunError(f"the server with {self.units} unit(s) did not say 'serving on' "
                                     f"within {timeout:.0f} s; its last output:\n{self.tail()}")
-        return self.url
+        return self.ws_url
 
     def rss(self) -> int:
         if self.proc is None or self.proc.poll() is not None:
@@ -298,16 +307,17 @@ class ServerProcess:
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGINT (as Ctrl-C would), then terminate, then kill; waits for it."""
-        if self.proc is None or self.proc.poll() is not None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
             return
-        steps = [(lambda: self.proc.send_signal(signal.SIGINT)) if os.name == "posix" else None,
-                 self.proc.terminate, self.proc.kill]
+        steps = [(lambda: proc.send_signal(signal.SIGINT)) if os.name == "posix" else None,
+                 proc.terminate, proc.kill]
         for step, wait in zip(steps, (timeout, 5.0, 5.0)):
             if step is None:
                 continue
             try:
                 step()
-                self.proc.wait(wait)
+                proc.wait(wait)
                 break
             except subprocess.TimeoutExpired:
                 continue
@@ -362,7 +372,7 @@ async def _memory(plan: Plan, server: ServerProcess, startup_s: float) -> dict:
     def sample() -> None:
         held["rss"] = server.rss()
 
-    turns = await concurrent_turns(server.url, plan.memory_speech, server.units, plan.turn_timeout,
+    turns = await concurrent_turns(server.ws_url, plan.memory_speech, server.units, plan.turn_timeout,
                                    before_close=sample)
     _progress(f"{server.units} unit(s): after one turn each RSS {held['rss'] / MIB:.0f} MiB "
               f"(voice-to-voice {_ms([t.voice_to_voice_s for t in turns])})")
@@ -376,12 +386,12 @@ async def _memory(plan: Plan, server: ServerProcess, startup_s: float) -> dict:
 async def _latency(plan: Plan, server: ServerProcess) -> dict:
     _progress(f"latency on the server with {server.units} unit(s): one warm-up turn...")
     await _wait_free(server, server.units)
-    warmup = await concurrent_turns(server.url, plan.memory_speech, 1, plan.turn_timeout)
+    warmup = await concurrent_turns(server.ws_url, plan.memory_speech, 1, plan.turn_timeout)
     runs: dict[int, list[list[TurnResult]]] = {c: [] for c in plan.clients}
     for run in range(plan.runs):
         for count in plan.clients:  # interleaved, so a drift in the machine's speed hits all
             await _wait_free(server, count)
-            results = await concurrent_turns(server.url, plan.speech, count, plan.turn_timeout)
+            results = await concurrent_turns(server.ws_url, plan.speech, count, plan.turn_timeout)
             runs[count].append(results)
             _progress(f"run {run + 1}/{plan.runs}, {count} client(s): voice-to-voice "
                       f"{_ms([t.voice_to_voice_s for t in results])}")
@@ -480,7 +490,7 @@ def format_report(doc: dict) -> str:
     if latency is not None:
         base_clients = latency["rows"][0]["clients"]
         where = {"server_vad": "the server's VAD", "energy": "an energy threshold"}
-        ends = " / ".join(where.get(s, s) for s in latency.get("speech_end_sources", []))
+        ends = " / ".join(where.get(str(s), str(s)) for s in latency.get("speech_end_sources", []))
         lines += ["", f"voice-to-voice: first reply audio minus the end of speech (found by {ends}), "
                   "on the client's clock;",
                   f"each client streams {Path(latency['input']).name} at real time + "
@@ -504,21 +514,19 @@ def main(argv: list[str], add_config_flags: Callable[[argparse.ArgumentParser], 
     args = build_parser(add_config_flags).parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(name)s: %(message)s", stream=sys.stderr)
-    live: list[ServerProcess] = []
-    try:
-        plan = make_plan(args, argv)
-        doc = asyncio.run(run_plan(plan, live))
-    except ParleyError as exc:
-        print(f"parley-cli: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("parley-cli: interrupted", file=sys.stderr)
-        return 130
-    finally:
-        for server in live:  # stopped already unless interrupted; stop() is idempotent
-            server.stop()
-    if args.json:
-        print(json.dumps(doc, indent=2, ensure_ascii=False))
-    else:
-        print(format_report(doc))
-    return 0
+
+    def measure() -> int:
+        live: list[ServerProcess] = []
+        try:
+            plan = make_plan(args, argv)
+            doc = asyncio.run(run_plan(plan, live))
+        finally:
+            for server in live:  # stopped already unless interrupted; stop() is idempotent
+                server.stop()
+        if args.json:
+            print(json.dumps(doc, indent=2, ensure_ascii=False))
+        else:
+            print(format_report(doc))
+        return 0
+
+    return run_command(measure)

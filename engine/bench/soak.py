@@ -36,9 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.audio.base import PIPELINE_RATE, AudioBlock
+from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSink, AudioSource
 from engine.config import EngineConfig, config_fields, load_config
-from engine.errors import ConfigError, ParleyError
+from engine.errors import ConfigError, run_command
 from engine.pipeline.control import CancelReason
 from engine.pipeline.events import EngineError, Event, TurnCancelled, TurnFinished, UserSpeaking
 from engine.bench.sampler import PeriodicSampler
@@ -63,13 +63,12 @@ def _progress(text: str) -> None:
 
 # -- the input and the output ----------------------------------------------------------
 
-class SoakSource:
+class SoakSource(AudioSource):
     """An AudioSource: recordings in turn, each followed by ``silence_s`` of silence,
     unpaced. Recording ``k`` starts only after ``release(k)``; ``delivered(k)`` is set once
     its last block (silence included) was read. Finished after the last one."""
 
     sample_rate = PIPELINE_RATE
-    overflow_count = 0
 
     def __init__(self, recordings: list[np.ndarray], turns: int, silence_s: float,
                  block_samples: int = 512) -> None:
@@ -85,7 +84,6 @@ class SoakSource:
         self._wake = threading.Event()
         self._closed = False
         self._delivered: list[threading.Event] = [threading.Event() for _ in range(turns)]
-        self.level = 0.0
 
     def open(self) -> None:
         pass
@@ -137,16 +135,8 @@ class SoakSource:
         """Only once closed: the pipeline (and its thread count) stays as it is to the end."""
         return self._closed
 
-    @property
-    def buffered_blocks(self) -> int:
-        return 0
 
-    @property
-    def buffer_capacity(self) -> int:
-        return 0
-
-
-class DiscardSink:
+class DiscardSink(AudioSink):
     """An AudioSink that counts reply audio and throws it away (a soak must not keep it)."""
 
     def __init__(self) -> None:
@@ -200,8 +190,8 @@ def process_figures() -> tuple[int, int, int]:
     proc = psutil.Process()
     if hasattr(proc, "num_fds"):
         fds = proc.num_fds()
-    else:  # Windows
-        fds = proc.num_handles()
+    else:  # Windows (psutil's type stubs are those of the platform they are read on)
+        fds = proc.num_handles()  # pyright: ignore[reportAttributeAccessIssue]
     return proc.memory_info().rss, proc.num_threads(), fds
 
 
@@ -469,7 +459,8 @@ def main(argv: list[str], add_config_flags: Callable[[argparse.ArgumentParser], 
     args = build_parser(add_config_flags).parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(name)s: %(message)s", stream=sys.stderr)
-    try:
+
+    def soak() -> int:
         check_args(args)
         config = soak_config(args)
         recordings = load_recordings(args.input)
@@ -492,14 +483,10 @@ def main(argv: list[str], add_config_flags: Callable[[argparse.ArgumentParser], 
             engine.close()
         doc["settings"] = {k: str(v) for k, v in SOAK_DEFAULTS.items()}
         doc["models"] = [p.describe() for p in engine.placements.values()]
-    except ParleyError as exc:
-        print(f"parley-cli: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("parley-cli: interrupted", file=sys.stderr)
-        return 130
-    print(json.dumps(doc, indent=2, ensure_ascii=False) if args.json else format_report(doc))
-    return 0 if not doc["unanswered"] and doc["turns"] == args.turns else 1
+        print(json.dumps(doc, indent=2, ensure_ascii=False) if args.json else format_report(doc))
+        return 0 if not doc["unanswered"] and doc["turns"] == args.turns else 1
+
+    return run_command(soak)
 
 
 if __name__ == "__main__":

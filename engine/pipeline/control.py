@@ -10,6 +10,10 @@ from __future__ import annotations
 import enum
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.pipeline.events import Event  # events imports this module
 
 
 class CancelReason(enum.StrEnum):
@@ -99,14 +103,14 @@ class EventHold:
     releases those still current, and stale ones are discarded.
     """
 
-    def __init__(self, control: TurnControl, emit: Callable[[object], None]) -> None:
+    def __init__(self, control: TurnControl, emit: Callable[[Event], None]) -> None:
         self._control = control
         self._emit = emit
         self._lock = threading.Lock()
         self._committed: set[int] = set()
-        self._pending: dict[int, list[tuple[int, object]]] = {}
+        self._pending: dict[int, list[tuple[int, Event]]] = {}
 
-    def emit(self, turn_id: int, generation: int, event: object) -> None:
+    def emit(self, turn_id: int, generation: int, event: Event) -> None:
         """Pass ``event`` on now if its turn is committed, else hold it."""
         with self._lock:
             if self._control.is_stale(turn_id, generation):

@@ -11,6 +11,7 @@ import threading
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from engine.runtime.stats import percentile
 
@@ -118,10 +119,15 @@ class UndeclaredError(ValueError):
     """A mark or figure that ``Mark`` / ``Figure`` does not declare (a typo, in code)."""
 
 
-def _check(name: object, kind: type[enum.Enum], what: str) -> None:
+_Declared = TypeVar("_Declared", bound=enum.Enum)
+
+
+def _check(name: object, kind: type[_Declared], what: str) -> _Declared:
+    """``name`` as a member of ``kind``, or an UndeclaredError listing the members."""
     if not isinstance(name, kind):
         raise UndeclaredError(f"{what} {name!r} is not declared in engine.pipeline.metrics.{kind.__name__}; "
                               f"declared: {', '.join(m.value for m in kind)}")
+    return name
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,14 +179,13 @@ class TurnRecord:
         What is left is the engine's own cost: queue hand-offs, thread wake-ups, the sink.
         Meaningful when nothing else ran at the same time (no speculation, one turn).
         """
-        parts = (self.voice_to_voice, self.silence_wait,
-                 *(self.figures.get(f) for f in (Figure.STT_COMPUTE_S,
+        v2v, wait = self.voice_to_voice, self.silence_wait
+        compute = [self.figures.get(f) for f in (Figure.STT_COMPUTE_S,
                                                  Figure.LLM_FIRST_CHUNK_COMPUTE_S,
-                                                 Figure.TTS_FIRST_COMPUTE_S)))
-        if any(p is None for p in parts):
+                                                 Figure.TTS_FIRST_COMPUTE_S)]
+        if v2v is None or wait is None or None in compute:
             return None
-        v2v, wait, *compute = parts
-        return v2v - wait - sum(compute)
+        return v2v - wait - sum(c for c in compute if c is not None)
 
     def timeline(self) -> dict[str, float]:
         """Marks relative to the end of speech, in seconds, in ``Mark`` order."""
@@ -360,7 +365,7 @@ class Metrics:
 
 
 def _check_recordable(name: object) -> None:
-    _check(name, Figure, "figure")
-    if name.derived:
-        raise UndeclaredError(f"figure {name.value!r} is derived from other figures; "
+    figure = _check(name, Figure, "figure")
+    if figure.derived:
+        raise UndeclaredError(f"figure {figure.value!r} is derived from other figures; "
                               "it cannot be recorded")

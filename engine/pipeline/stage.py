@@ -7,7 +7,9 @@ outputs stop being forwarded as soon as their generation is cancelled. Putting i
 full downstream queue waits (back-pressure) but never past ``stop()``.
 
 A stage's model can be replaced while it runs (``use_model``): the stage thread adopts
-the new one between two messages, never in the middle of one.
+the new one between two messages, never in the middle of one. A stage names its model's
+contract as its type parameter (``SttStage(Stage[SttModel])``); a stage without a model
+(the sink) is a ``Stage[None]``.
 
 A stage that fails on a message reports it and ends that message's turn, and goes on
 with the next message. The report is an ``EngineError`` naming the stage, the cause (an
@@ -31,9 +33,10 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from engine.audio.base import AudioBlock, AudioSource
+from engine.backends.base import Backend
 from engine.config import EngineConfig
 from engine.pipeline.control import CancelReason, TurnControl, EventHold
 from engine.errors import ParleyError, describe_failure, is_out_of_memory, release_cached_memory
@@ -49,6 +52,9 @@ _POLL_S = 0.05  # how often a waiting stage looks at its stop flag and for a new
 # made, and a chunk the sink failed to play is lost alone (a speaker that fails for good
 # is reported by the speaker itself, see engine.audio.health).
 _TURN_MESSAGES = (SpeechSegment, Transcript, TextChunk)
+
+#: The contract of a stage's model (``engine.backends.base``), or None for a stage without one.
+ModelT = TypeVar("ModelT", bound="Backend | None")
 
 
 class StageContext:
@@ -83,7 +89,7 @@ class StageContext:
         self.events.emit(event)
 
 
-class _StageThread:
+class _StageThread(Generic[ModelT]):
     """The thread, the downstream link, timing and error reporting of every stage."""
 
     #: The same failure message again within this many seconds is logged, not reported
@@ -91,14 +97,16 @@ class _StageThread:
     QUIET_REPEATS_S = 0.0
 
     def __init__(self, name: str, ctx: StageContext, model: Any = None) -> None:
+        # ``model`` is Any so that a stage without one may leave it out; each stage's own
+        # constructor takes its model typed, and ``self.model`` is that type.
         self.name = name
         self.ctx = ctx
-        self.model = model
-        self.downstream: Stage | None = None
+        self.model: ModelT = model
+        self.downstream: Stage[Any] | None = None
         self._thread = threading.Thread(target=self._run, name=f"parley-u{ctx.unit}-{name}",
                                         daemon=True)
         self._blocked_s = 0.0
-        self._next_model: tuple[Any, threading.Event] | None = None
+        self._next_model: tuple[ModelT, threading.Event] | None = None
         self._last_report: tuple[str, float] | None = None
         self.repeats_suppressed = 0
 
@@ -121,7 +129,7 @@ class _StageThread:
         self.ctx.fail_turn(turn_id)
 
     # ----------------------------------------------------------------- models
-    def use_model(self, model: Any) -> threading.Event:
+    def use_model(self, model: ModelT) -> threading.Event:
         """Hand the stage a new model; the event is set once the stage uses it.
 
         A stage whose thread is not running adopts it at once.
@@ -144,7 +152,7 @@ class _StageThread:
             adopted.set()
 
     # ----------------------------------------------------------------- plumbing
-    def connect(self, downstream: Stage) -> Stage:
+    def connect(self, downstream: Stage[Any]) -> Stage[Any]:
         self.downstream = downstream
         return downstream
 
@@ -204,7 +212,7 @@ class _StageThread:
 
     def _failed(self, exc: Exception, what: object) -> None:
         """Report a failure on ``what`` and end the turn it belongs to."""
-        device = getattr(self.model, "actual_device", None)
+        device = None if self.model is None else self.model.actual_device
         oom = is_out_of_memory(exc)
         if not isinstance(exc, ParleyError) or oom:
             log.error("%s stage failed on %r", self.name, what, exc_info=exc)
@@ -233,7 +241,7 @@ class _StageThread:
         self.ctx.events.emit(EngineError(self.ctx.unit, self.name, message, turn_id))
 
 
-class Stage(_StageThread):
+class Stage(_StageThread[ModelT]):
     """A stage fed by a bounded inbox: override ``process``."""
 
     def __init__(self, name: str, ctx: StageContext, model: Any = None, maxsize: int = 16) -> None:
@@ -277,7 +285,7 @@ class Stage(_StageThread):
             self._forward(functools.partial(self.process, msg), msg)
 
 
-class SourceStage(_StageThread):
+class SourceStage(_StageThread[ModelT]):
     """The first stage: reads an AudioSource instead of an inbox; override ``process_block``.
 
     When a finite source ends, ``on_source_end`` may yield last messages, then
@@ -304,8 +312,7 @@ class SourceStage(_StageThread):
         """Called in the stage thread after every read of the source, block or not."""
 
     def queue_depth(self) -> tuple[int, int]:
-        return (int(getattr(self.source, "buffered_blocks", 0)),
-                int(getattr(self.source, "buffer_capacity", 0)))
+        return self.source.buffered_blocks, self.source.buffer_capacity
 
     def _run(self) -> None:
         try:

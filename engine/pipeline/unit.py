@@ -5,9 +5,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from engine.audio.base import AudioSink, AudioSource
 from engine.audio.echo import canceller_for
+from engine.backends.base import StageModels, model_of
 from engine.config import EngineConfig
 from engine.pipeline.control import CancelReason, TurnControl
 from engine.pipeline.chat_history import ChatHistory
@@ -15,7 +17,7 @@ from engine.pipeline.events import EngineError, EventHub
 from engine.pipeline.messages import Transcript
 from engine.pipeline.metrics import Mark, Metrics
 from engine.pipeline.playback import Playback
-from engine.pipeline.stage import StageContext
+from engine.pipeline.stage import SourceStage, Stage, StageContext
 from engine.stages.llm_stage import LlmStage
 from engine.stages.sink_stage import SinkStage
 from engine.stages.stt_stage import SttStage
@@ -31,7 +33,7 @@ class PipelineUnit:
     ``apply`` changes its settings and models while it runs, keeping the conversation.
     """
 
-    def __init__(self, unit: int, config: EngineConfig, models: dict[str, object],
+    def __init__(self, unit: int, config: EngineConfig, models: StageModels,
                  source: AudioSource, sink: AudioSink, metrics: Metrics, events: EventHub,
                  next_turn_id: Callable[[], int], turn_model=None) -> None:
         """``turn_model``: the shared end-of-turn audio model (``SmartTurn``), or None."""
@@ -50,15 +52,17 @@ class PipelineUnit:
         self.playback = Playback(unit, sink, self.control, metrics, events,
                                  echo=None if self.echo is None else self.echo.tap(sink))
         partials = PartialSequence()
-        self.vad = VadStage(self.ctx, models["vad"], source, self.playback, partials, next_turn_id,
-                            echo=self.echo)
-        self.stt = SttStage(self.ctx, models["stt"], partials)
-        self.llm = LlmStage(self.ctx, models["llm"], self.chat_history)
-        self.tts = TtsStage(self.ctx, models["tts"])
+        self.vad = VadStage(self.ctx, model_of(models, "vad"), source, self.playback, partials,
+                            next_turn_id, echo=self.echo)
+        self.stt = SttStage(self.ctx, model_of(models, "stt"), partials)
+        self.llm = LlmStage(self.ctx, model_of(models, "llm"), self.chat_history)
+        self.tts = TtsStage(self.ctx, model_of(models, "tts"))
         self.sink_stage = SinkStage(self.ctx, self.playback)
         self.vad.connect(self.stt).connect(self.llm).connect(self.tts).connect(self.sink_stage)
         self.stages = (self.vad, self.stt, self.llm, self.tts, self.sink_stage)
-        self._models = {"vad": self.vad, "stt": self.stt, "llm": self.llm, "tts": self.tts}
+        # By stage name, for ``apply``: each takes the model the registry loaded for its stage.
+        self._models: dict[str, SourceStage[Any] | Stage[Any]] = {
+            "vad": self.vad, "stt": self.stt, "llm": self.llm, "tts": self.tts}
         self.turn_scorer = None
         if turn_model is not None:
             self.turn_scorer = AudioScorer(f"parley-u{unit}-turn", turn_model.probability,
@@ -86,7 +90,7 @@ class PipelineUnit:
         self.ctx.events.emit(EngineError(self.unit, "turn", f"end-of-turn model failed: {message}; "
                                          "this turn waits for the reopen grace"))
 
-    def apply(self, config: EngineConfig, models: dict[str, object]) -> None:
+    def apply(self, config: EngineConfig, models: StageModels) -> None:
         """Run on ``config`` from the next message on, with ``models`` (stage -> model)
         replacing the current ones; returns once every stage uses its new model."""
         self.ctx.config = config

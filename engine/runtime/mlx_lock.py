@@ -272,6 +272,8 @@ class MlxLock:
             self._depth -= 1
             return
         now = self._clock()
+        if self._held is None:  # the owner is set with the holder's record, under the mutex
+            raise RuntimeError("MLX lock released with no holder recorded")
         stage, unit, requested, since, owner, contended = self._held
         waited = since - requested
         held = now - since

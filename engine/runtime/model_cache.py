@@ -24,10 +24,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from engine.errors import ParleyError
 from engine.runtime.hub import HubStatus
@@ -157,12 +157,22 @@ def uses_of(placements: Iterable[Any] = (), loaded: Iterable[str] | None = None,
     return out
 
 
-def engine_uses(engine: Any) -> list[ModelUse]:
+class LoadedStages(Protocol):
+    """What ``engine_uses`` reads of an ``Engine`` (typed here so that the runtime layer
+    does not import the engine above it)."""
+
+    @property
+    def placements(self) -> Mapping[str, Any]: ...
+
+    @property
+    def models(self) -> Mapping[str, Any]: ...
+
+
+def engine_uses(engine: LoadedStages | None) -> list[ModelUse]:
     """The uses of a loaded ``Engine``: its placements, loaded where it holds a model."""
     if engine is None:
         return []
-    models = getattr(engine, "models", {}) or {}
-    return uses_of(engine.placements.values(), loaded=[s for s in models if models[s] is not None])
+    return uses_of(engine.placements.values(), loaded=list(engine.models))
 
 
 def _inside(model: str, folder: Path) -> bool:
@@ -258,8 +268,7 @@ def scan_bundled() -> list[CachedModel]:
             if spec.missing_package() is not None:
                 continue
             try:
-                finder = getattr(spec.import_module(), "bundled_model", None)
-                model = finder() if callable(finder) else None
+                model = spec.bundled_model()
             except Exception:  # noqa: BLE001 - a broken optional package only hides its model
                 continue
             if not model or model in seen:

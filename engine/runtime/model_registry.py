@@ -7,9 +7,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from engine.backends.base import LoadRequest, Progress, no_progress
+from engine.backends.base import Backend, LoadRequest, Progress, no_progress
 from engine.runtime.placement import Placement
 
 
@@ -30,7 +29,7 @@ class LoadedModel:
     """A model in the registry, with where it really lives."""
 
     key: ModelKey
-    model: Any
+    model: Backend
     actual_device: str
     load_seconds: float
     refs: int
@@ -54,7 +53,7 @@ def load_options(options: object, remote: bool = False) -> tuple:
 class _Entry:
     def __init__(self) -> None:
         self.lock = threading.Lock()  # held while loading: a second caller waits, then shares
-        self.model: Any = None
+        self.model: Backend | None = None
         self.load_seconds = 0.0
         self.refs = 0
 
@@ -76,7 +75,7 @@ class ModelRegistry:
 
     def acquire(self, placement: Placement, options: object,
                 progress: Progress = no_progress,
-                loader: Callable[[LoadRequest, Progress], Any] | None = None) -> Any:
+                loader: Callable[[LoadRequest, Progress], Backend] | None = None) -> Backend:
         """The model for ``placement``, loading it if no one holds it; adds a reference."""
         key = self.key_for(placement, options)
         with self._lock:
@@ -88,10 +87,11 @@ class ModelRegistry:
                     load = loader or placement.spec.import_module().load
                     request = LoadRequest(placement.model, placement.device, placement.dtype, options)
                     start = time.perf_counter()
-                    entry.model = load(request, progress)
+                    entry.model = model = load(request, progress)
                     entry.load_seconds = time.perf_counter() - start
                     with self._lock:
                         self._loads[key.stage] = self._loads.get(key.stage, 0) + 1
+                    return model
                 return entry.model
         except BaseException:
             self._drop_ref(key)
@@ -120,15 +120,14 @@ class ModelRegistry:
             entry.refs -= 1
             if entry.refs <= 0:
                 del self._entries[key]
-                close = getattr(entry.model, "close", None)
-                if callable(close):
-                    close()
+                if entry.model is not None:
+                    entry.model.close()
 
     def loaded(self) -> tuple[LoadedModel, ...]:
         """What is loaded now, for the GUI's status line and `devices`."""
         with self._lock:
             items = list(self._entries.items())
         return tuple(
-            LoadedModel(k, e.model, getattr(e.model, "actual_device", "?"), e.load_seconds, e.refs)
+            LoadedModel(k, e.model, e.model.actual_device, e.load_seconds, e.refs)
             for k, e in items if e.model is not None
         )

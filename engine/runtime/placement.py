@@ -211,9 +211,7 @@ REMOTE = Device("remote")
 def _bundled(spec: BackendSpec) -> str | None:
     if spec.missing_package() is not None:
         return None
-    module = spec.import_module()
-    finder = getattr(module, "bundled_model", None)
-    return finder() if callable(finder) else None
+    return spec.bundled_model()
 
 
 def resolve_placements(config: EngineConfig, devices: list[DeviceInfo] | None = None,

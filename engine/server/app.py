@@ -24,10 +24,10 @@ from concurrent.futures import Executor
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from engine.backends.base import model_of
 from engine.engine import Engine
 from engine.pipeline.events import Event
 from engine.recording import uses_bundled_stack
-from engine.report import placement_dict
 from engine.server.pool import UnitPool
 from engine.server.protocol import RealtimeSession
 from engine.server.server_settings import ServerSettings
@@ -174,15 +174,12 @@ class RealtimeApp:
 
     def _check_voice(self, voice: str) -> None:
         """ConfigError unless the TTS model loaded now has ``voice`` (run in the executor)."""
-        check = getattr(self.engine.models.get("tts"), "check_voice", None)
-        if callable(check):
-            check(voice)
+        model_of(self.engine.models, "tts").check_voice(voice)
 
     def _parley_info(self) -> dict:
         engine = self.engine
         return {"notes": list(engine.notes), "bundled_stack": uses_bundled_stack(engine),
-                "placements": [placement_dict(p, getattr(engine.models.get(s), "actual_device", None))
-                               for s, p in engine.placements.items()]}
+                "placements": engine.placement_dicts()}
 
     async def realtime(self, request: web.Request) -> web.WebSocketResponse:
         """``/v1/realtime``: claim a unit, serve the session on it, give it back."""

@@ -32,7 +32,6 @@ import functools
 import io
 import json
 import logging
-import struct
 import threading
 import time
 import uuid
@@ -42,8 +41,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from aiohttp import web
 
-from engine.backends.base import GenerationOptions
+from engine.audio.pcm import to_pcm16, wav_header
+from engine.backends.base import GenerationOptions, SttResult, TtsModel, model_of
 from engine.errors import ParleyError
+from engine.runtime.placement import Placement
 
 log = logging.getLogger("parley.server")
 
@@ -162,11 +163,11 @@ class OpenAiRoutes:
         self._executor.submit(run)
         return queue
 
-    def _placed(self, stage: str, requested) -> tuple[object, object]:
-        """The model of ``stage`` and its placement, if ``requested`` names it; else 404."""
-        model = self.engine.models.get(stage)
+    def _placed(self, stage: str, requested: object) -> Placement:
+        """The placement of ``stage``, whose model is loaded, if ``requested`` names it;
+        else 404."""
         placement = self.engine.placements.get(stage)
-        if model is None or placement is None:
+        if stage not in self.engine.models or placement is None:
             raise ApiError(404, f"this server holds no {stage} model", "model_not_found", "model")
         if not isinstance(requested, str) or not requested:
             raise ApiError(400, "'model' is required: one of GET /v1/models", "missing_model",
@@ -175,7 +176,7 @@ class OpenAiRoutes:
             raise ApiError(404, f"model {requested[:200]!r} is not served here; this server's "
                            f"{stage} model is {served_id(placement.model)!r} (GET /v1/models)",
                            "model_not_found", "model")
-        return model, placement
+        return placement
 
     async def _json(self, request: web.Request) -> dict:
         try:
@@ -188,12 +189,11 @@ class OpenAiRoutes:
 
     def _entry(self, stage: str) -> dict:
         placement = self.engine.placements[stage]
-        model = self.engine.models.get(stage)
         return {"id": served_id(placement.model), "object": "model", "created": _CREATED,
                 "owned_by": "parley",
                 "parley": {"stage": stage, "backend": placement.backend,
                            "device": str(placement.device),
-                           "actual_device": getattr(model, "actual_device", None)}}
+                           "actual_device": self.engine.actual_device(stage)}}
 
     # ------------------------------------------------------------------ models
     async def models(self, request: web.Request) -> web.Response:
@@ -217,7 +217,8 @@ class OpenAiRoutes:
         """``POST /v1/chat/completions``."""
         try:
             body = await self._json(request)
-            model, placement = self._placed("llm", body.get("model"))
+            placement = self._placed("llm", body.get("model"))
+            model = model_of(self.engine.models, "llm")
             messages = _chat_messages(body.get("messages"))
             options = self._generation_options(body)
             stream = body.get("stream", False)
@@ -332,9 +333,10 @@ class OpenAiRoutes:
                 raise ApiError(400, "send the audio as multipart/form-data with a 'file' field",
                                "invalid_content_type")
             form = await request.post()
-            model, _placement = self._placed("stt", form.get("model"))
+            self._placed("stt", form.get("model"))
+            model = model_of(self.engine.models, "stt")
             upload = form.get("file")
-            if upload is None or not hasattr(upload, "file"):
+            if not isinstance(upload, web.FileField):
                 raise ApiError(400, "'file' is required: the recording to transcribe", "missing_file",
                                "file")
             data = upload.file.read()
@@ -347,10 +349,8 @@ class OpenAiRoutes:
             stream = str(form.get("stream") or "false").lower() in ("true", "1")
             beam = self.engine.config.stt.beam_size
 
-            def transcribe():
-                check = getattr(model, "check_language", None)
-                if callable(check):
-                    check(language)
+            def transcribe() -> SttResult:
+                model.check_language(language)
                 return model.transcribe(audio, language, beam)
 
             try:
@@ -377,7 +377,8 @@ class OpenAiRoutes:
         """``POST /v1/audio/speech``."""
         try:
             body = await self._json(request)
-            model, _placement = self._placed("tts", body.get("model"))
+            self._placed("tts", body.get("model"))
+            model = model_of(self.engine.models, "tts")
             text = body.get("input")
             if not isinstance(text, str) or not text.strip():
                 raise ApiError(400, "'input' must be the text to speak", "invalid_value", "input")
@@ -400,12 +401,10 @@ class OpenAiRoutes:
             if not isinstance(voice, str):
                 raise ApiError(400, "'voice' must be a voice name", "invalid_value", "voice")
             voice = "auto" if voice.lower() in OPENAI_VOICES or voice in ("", "auto") else voice
-            check = getattr(model, "check_voice", None)
-            if callable(check):
-                try:
-                    await self._call(check, voice)
-                except ParleyError as exc:
-                    raise ApiError(400, str(exc), "invalid_value", "voice") from None
+            try:
+                await self._call(model.check_voice, voice)
+            except ParleyError as exc:
+                raise ApiError(400, str(exc), "invalid_value", "voice") from None
         except ApiError as exc:
             return exc.response()
         stop = self._stop_event()
@@ -417,7 +416,7 @@ class OpenAiRoutes:
             self._forget(stop)
 
     async def _speech_stream(self, request: web.Request, chunks: asyncio.Queue, fmt: str,
-                             model) -> web.StreamResponse:
+                             model: TtsModel) -> web.StreamResponse:
         response: web.StreamResponse | None = None
         resampler = None
         try:
@@ -437,7 +436,7 @@ class OpenAiRoutes:
                     response.enable_chunked_encoding()
                     await response.prepare(request)
                     if fmt == "wav":
-                        await response.write(_wav_header(rate))
+                        await response.write(wav_header(rate))
                 if kind == "end":
                     break
                 audio = value.audio
@@ -448,10 +447,10 @@ class OpenAiRoutes:
                         resampler = soxr.ResampleStream(value.sample_rate, PCM_RATE, 1,
                                                         dtype="float32", quality="HQ")
                     audio = resampler.resample_chunk(np.asarray(audio, np.float32))
-                await response.write(_pcm16(audio))
+                await response.write(to_pcm16(audio))
             if resampler is not None:
-                await response.write(_pcm16(resampler.resample_chunk(np.zeros(0, np.float32),
-                                                                     last=True)))
+                await response.write(to_pcm16(resampler.resample_chunk(np.zeros(0, np.float32),
+                                                                       last=True)))
             await response.write_eof()
             return response
         except ConnectionError:  # the caller's finally stops the synthesis
@@ -521,15 +520,3 @@ def _decode_audio(data: bytes) -> np.ndarray:
         raise ApiError(400, "'file' holds no audio samples", "invalid_file", "file")
     mono = samples.mean(axis=1, dtype=np.float32) if samples.shape[1] > 1 else samples[:, 0]
     return resample(mono, rate, 16000)
-
-
-def _pcm16(audio: np.ndarray) -> bytes:
-    return (np.clip(np.asarray(audio, np.float32), -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
-
-
-def _wav_header(rate: int) -> bytes:
-    """A 16-bit mono WAV header whose sizes are left open (0xFFFFFFFF): a streamed file."""
-    open_size = 0xFFFFFFFF
-    return (b"RIFF" + struct.pack("<I", open_size) + b"WAVE" + b"fmt "
-            + struct.pack("<IHHIIHH", 16, 1, 1, rate, rate * 2, 2, 16)
-            + b"data" + struct.pack("<I", open_size))

@@ -15,9 +15,10 @@ import time
 from dataclasses import dataclass
 
 from engine.audio.base import AudioSink, AudioSource
+from engine.backends.base import Backend
 from engine.engine import Engine
 from engine.pipeline.metrics import Mark, TurnRecord
-from engine.runtime.mlx_lock import get_mlx_lock
+from engine.runtime.mlx_lock import MlxLock, get_mlx_lock
 from engine.pipeline.unit import PipelineUnit
 
 log = logging.getLogger("parley.server")
@@ -130,15 +131,15 @@ class UnitPool:
         out = []
         for stage, placement in self.engine.placements.items():
             model = self.engine.models.get(stage)
-            lock = getattr(model, "lock", None)
-            if not hasattr(lock, "snapshot") and placement.device.kind == "mlx":
+            lock = None if model is None else model.lock
+            if lock is None and placement.device.kind == "mlx":
                 lock = get_mlx_lock()  # an MLX model computes under the process-wide lock
             out.append({
                 "stage": stage, "backend": placement.backend, "model": placement.model,
                 "device": str(placement.device),
-                "actual_device": getattr(model, "actual_device", None),
-                "memory_bytes": _memory_bytes(model),
-                "lock": lock_status(lock) if hasattr(lock, "snapshot") else None,
+                "actual_device": self.engine.actual_device(stage),
+                "memory_bytes": None if model is None else _memory_bytes(model),
+                "lock": None if lock is None else lock_status(lock),
             })
         return out
 
@@ -160,7 +161,7 @@ def current_stage(turn: TurnRecord | None, playing: bool) -> str | None:
     return "playing" if playing else None
 
 
-def lock_status(lock) -> dict:
+def lock_status(lock: MlxLock) -> dict:
     """The figures of an instrumented lock (``engine.runtime.mlx_lock.MlxLock``), for JSON."""
     snap = lock.snapshot()
     return {"acquisitions": snap.acquisitions, "contended": snap.contended,
@@ -168,17 +169,13 @@ def lock_status(lock) -> dict:
             "hold_total_s": round(snap.hold_total, 6), "utilization": round(snap.utilization, 4)}
 
 
-def _memory_bytes(model) -> int | None:
+def _memory_bytes(model: Backend) -> int | None:
     """The model's own weights where the backend knows them (``weights_bytes``), else
     what its ``memory_bytes()`` reports (on a GPU: the device's peak allocation)."""
-    weights = getattr(model, "weights_bytes", None)
-    if isinstance(weights, int):
-        return weights
-    measure = getattr(model, "memory_bytes", None)
-    if not callable(measure):
-        return None
+    if model.weights_bytes is not None:
+        return model.weights_bytes
     try:
-        value = measure()
+        value = model.memory_bytes()
     except Exception:  # a report must not fail on one backend's probe (logged)
         log.exception("memory_bytes() failed on %r", type(model).__name__)
         return None

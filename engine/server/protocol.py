@@ -29,7 +29,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.audio.base import InputMarker
 from engine.config import EndOfTurn, EngineConfig
@@ -37,13 +37,16 @@ from engine.errors import ConfigError
 from engine.pipeline.control import CancelReason
 from engine.pipeline.events import (EngineError, Event, FinalTranscript, PartialTranscript, ReplyText,
                                     TurnCancelled, TurnFinished, UserSpeaking)
-from engine.pipeline.metrics import Figure, Mark
+from engine.pipeline.metrics import Figure, Mark, Metrics
 from engine.report import figure_json, turn_dict
 from engine.server import wire
 from engine.server.limits import TokenBucket
 from engine.server.responses import Response, Responses
 from engine.server.server_settings import ServerSettings
 from engine.server.validation import INVALID_VALUE, ClientError, expect, session_change, user_text
+
+if TYPE_CHECKING:
+    from engine.server.stream_audio import StreamSource
 
 log = logging.getLogger("parley.server")
 
@@ -63,6 +66,11 @@ class Unit(Protocol):
 class RealtimeSession:
     """See the module doc. ``attach`` it to a unit before feeding it client text."""
 
+    # Set by ``attach``, before the first client event is handled.
+    _unit: Unit
+    _source: StreamSource
+    _base: EngineConfig
+
     def __init__(self, send: Callable[[dict], None], settings: ServerSettings,
                  run_blocking: Callable[..., Awaitable[Any]],
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -75,13 +83,10 @@ class RealtimeSession:
         self._dropped = 0
         self._last_rate_error = -1e9
         self.responses = Responses(send)
-        self._unit: Unit | None = None
-        self._source = None
         self._check_voice: Callable[[str], None] | None = None
-        self._metrics = None
+        self._metrics: Metrics | None = None
         self._unit_number = -1
         self._parley: dict = {}
-        self._base: EngineConfig | None = None
         self._markers: deque[tuple[InputMarker, str | None]] = deque()
         self._speaking: int | None = None  # the turn the VAD is in (speech not yet committed)
         self._clearing: int | None = None  # a turn a client clear is throwing away
@@ -104,8 +109,8 @@ class RealtimeSession:
         }
 
     # ------------------------------------------------------------------ lifecycle
-    def attach(self, unit: Unit, source, *, unit_number: int,
-               check_voice: Callable[[str], None] | None = None, metrics=None,
+    def attach(self, unit: Unit, source: StreamSource, *, unit_number: int,
+               check_voice: Callable[[str], None] | None = None, metrics: Metrics | None = None,
                parley: dict | None = None) -> None:
         """Serve on ``unit`` (fed by ``source``, a StreamSource); sends ``session.created``.
 
@@ -224,7 +229,7 @@ class RealtimeSession:
         self._source.clear()
 
     async def _item_create(self, message: dict, event_id: str | None) -> None:
-        item = message.get("item")
+        item = expect(message.get("item"), "object", "item")
         text = user_text(item)
         if len(self._pending_items) >= MAX_PENDING_ITEMS:
             raise ClientError("too_many_items", f"{MAX_PENDING_ITEMS} messages already wait for "
@@ -344,7 +349,7 @@ class RealtimeSession:
     def _audio_ms(self, turn: int, mark: Mark) -> int:
         """Milliseconds of session audio before ``mark`` of ``turn`` (real-time streaming)."""
         record = self._metrics.turn(self._unit_number, turn) if self._metrics else None
-        t_first = getattr(self._source, "t_first", None)
+        t_first = self._source.t_first
         if t_first is None:
             return 0
         # The VAD may mark the end of speech just after it said so: then it is about now.

@@ -20,25 +20,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from engine.audio.base import PIPELINE_RATE, AudioBlock, InputMarker
+from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSink, AudioSource, InputMarker
+from engine.audio.pcm import from_pcm16, level, to_pcm16
 
 CLIENT_RATE = 24000  # the Realtime API's audio/pcm rate, both directions
 
 
-def pcm16_to_float(pcm: bytes) -> np.ndarray:
-    """Little-endian signed 16-bit samples -> float32 in -1..1. Odd lengths raise ValueError."""
-    if len(pcm) % 2:
-        raise ValueError(f"PCM16 audio has an odd number of bytes ({len(pcm)})")
-    return np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
-
-
-def float_to_pcm16(audio: np.ndarray) -> bytes:
-    """float32 in -1..1 (clipped) -> little-endian signed 16-bit samples."""
-    scaled = np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0) * 32767.0
-    return np.rint(scaled).astype("<i2").tobytes()
-
-
-class StreamSource:
+class StreamSource(AudioSource):
     """An ``AudioSource`` fed by a network client; see the module doc.
 
     ``push_pcm16``, ``commit`` and ``clear`` are called from one thread (the event loop);
@@ -79,7 +67,7 @@ class StreamSource:
 
         Raises ValueError for an odd number of bytes. Never blocks.
         """
-        samples = pcm16_to_float(pcm)
+        samples = from_pcm16(pcm)
         if samples.size == 0:
             return True
         incoming = samples.size * PIPELINE_RATE / self.input_rate
@@ -177,9 +165,7 @@ class StreamSource:
     def level(self) -> float:
         """RMS of the latest block queued, 0..1."""
         latest = self._latest
-        if latest is None or latest.size == 0:
-            return 0.0
-        return float(np.sqrt(np.mean(np.square(latest, dtype=np.float64))))
+        return 0.0 if latest is None else level(latest)
 
     @property
     def buffered_s(self) -> float:
@@ -197,7 +183,7 @@ class StreamSource:
         return self.max_blocks
 
 
-class StreamSink:
+class StreamSink(AudioSink):
     """An ``AudioSink`` that sends reply audio as PCM16 at ``rate``; see the module doc.
 
     ``on_audio(turn_id, pcm)`` is called from the sink stage's thread, inside ``play``:
@@ -243,7 +229,7 @@ class StreamSink:
                     del self._first[old]
             self.samples_sent += samples.size
         for at in range(0, samples.size, self._piece):
-            self.on_audio(turn_id, float_to_pcm16(samples[at:at + self._piece]))
+            self.on_audio(turn_id, to_pcm16(samples[at:at + self._piece]))
 
     def flush(self) -> int:
         """Barge-in: the client should stop playing; returns the samples it had not heard."""

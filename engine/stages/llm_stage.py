@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from engine.backends.base import GenerationOptions
+from engine.backends.base import GenerationOptions, LlmModel
 from engine.stages.chunker import ClauseChunker
 from engine.config import EndOfTurn
 from engine.pipeline.chat_history import ChatHistory
@@ -17,7 +17,7 @@ from engine.pipeline.metrics import Figure, Mark
 from engine.pipeline.stage import Stage, StageContext
 
 
-class LlmStage(Stage):
+class LlmStage(Stage[LlmModel]):
     """Owns this unit's LLM session (its KV cache); the chat history is the unit's.
 
     A new model (``use_model``) gets a new session: the next turn prefills the whole
@@ -25,7 +25,7 @@ class LlmStage(Stage):
     KV cache (a new conversation), likewise in the stage thread between two messages.
     """
 
-    def __init__(self, ctx: StageContext, model, chat_history: ChatHistory) -> None:
+    def __init__(self, ctx: StageContext, model: LlmModel, chat_history: ChatHistory) -> None:
         super().__init__("llm", ctx, model, maxsize=8)
         self.session = model.new_session()
         self.chat_history = chat_history
@@ -56,11 +56,7 @@ class LlmStage(Stage):
         with self._reset_lock:
             done, self._pending_reset = self._pending_reset, None
         if done is not None:
-            reset = getattr(self.session, "reset", None)
-            if callable(reset):  # a local model's session: drop its KV cache
-                reset()
-            else:  # a session that cannot reset (a remote one keeps no cache): a new one
-                self.session = self.model.new_session()
+            self.session.reset()
             done.set()
 
     def process(self, msg: Message) -> Iterator[Message]:
@@ -114,8 +110,8 @@ class LlmStage(Stage):
             figure(Figure.LLM_TOKENS, step.tokens)
             figure(Figure.LLM_TOKENS_PER_S, step.tokens_per_second)
             figure(Figure.LLM_PROMPT_TOKENS, step.prompt_tokens)
-        for name, value in getattr(self.session, "figures", {}).items():  # a remote model's
-            figure(name, value)  # network share of the reply (engine.backends.remote)
+        for name, value in self.session.figures.items():  # a remote model's network share
+            figure(name, value)
         if should_stop():
             # Cut off (barge-in, reopened turn, shutdown): record where it stopped.
             metrics.mark(unit, turn, Mark.LLM_STOPPED, time.perf_counter(), True, gen)

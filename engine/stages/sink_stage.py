@@ -10,12 +10,12 @@ from engine.pipeline.playback import Playback
 from engine.pipeline.stage import Stage, StageContext
 
 
-class SinkStage(Stage):
+class SinkStage(Stage[None]):
     """The last stage: offers each reply chunk to ``Playback`` (which holds it until the
     turn is committed) and sets ``drained`` once the input ended and all was heard."""
 
     def __init__(self, ctx: StageContext, playback: Playback) -> None:
-        super().__init__("sink", ctx, maxsize=64)
+        super().__init__("sink", ctx, None, maxsize=64)
         self.playback = playback
         self.drained = threading.Event()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+from engine.backends.base import SttModel
 from engine.pipeline.events import FinalTranscript, PartialTranscript
 from engine.pipeline.messages import Message, SpeechSegment, Transcript
 from engine.pipeline.metrics import Figure, Mark
@@ -22,10 +23,10 @@ def stable_prefix(previous: str, current: str) -> tuple[str, str]:
     return " ".join(words[:n]), " ".join(words[n:])
 
 
-class SttStage(Stage):
+class SttStage(Stage[SttModel]):
     """Runs the shared STT model in this unit's thread."""
 
-    def __init__(self, ctx: StageContext, model, partials: PartialSequence) -> None:
+    def __init__(self, ctx: StageContext, model: SttModel, partials: PartialSequence) -> None:
         super().__init__("stt", ctx, model, maxsize=8)
         self.partials = partials
         self._last_partial: dict[int, str] = {}
@@ -58,8 +59,8 @@ class SttStage(Stage):
                        generation=msg.generation)
         metrics.figure(unit, msg.turn_id, Figure.STT_RTF, result.real_time_factor,
                        generation=msg.generation)
-        for name, value in getattr(result, "figures", {}).items():  # a remote model's network
-            metrics.figure(unit, msg.turn_id, name, value, generation=msg.generation)  # share
+        for name, value in result.figures.items():  # a remote model's network share
+            metrics.figure(unit, msg.turn_id, name, value, generation=msg.generation)
         metrics.set_transcript(unit, msg.turn_id, text, msg.generation)
         self._last_partial.pop(msg.turn_id, None)
         self.ctx.held.emit(msg.turn_id, msg.generation, FinalTranscript(unit, msg.turn_id, text))

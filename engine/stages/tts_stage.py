@@ -11,16 +11,17 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from engine.backends.base import TtsModel
 from engine.pipeline.messages import AudioOut, Message, TextChunk
 from engine.pipeline.metrics import Figure, Mark
 from engine.stages.speech_text import speakable
 from engine.pipeline.stage import Stage, StageContext
 
 
-class TtsStage(Stage):
+class TtsStage(Stage[TtsModel]):
     """Runs the shared TTS model in this unit's thread."""
 
-    def __init__(self, ctx: StageContext, model) -> None:
+    def __init__(self, ctx: StageContext, model: TtsModel) -> None:
         super().__init__("tts", ctx, model, maxsize=16)
 
     def process(self, msg: Message) -> Iterator[Message]:
@@ -40,8 +41,8 @@ class TtsStage(Stage):
                 now = time.perf_counter()
                 if metrics.figure_once(unit, turn, Figure.TTS_FIRST_COMPUTE_S, now - start, gen):
                     metrics.mark(unit, turn, Mark.TTS_FIRST_AUDIO, now, generation=gen)
-                    for name, value in getattr(chunk, "figures", {}).items():  # a remote
-                        metrics.figure(unit, turn, name, value, generation=gen)  # model's network
+                    for name, value in chunk.figures.items():  # a remote model's network share
+                        metrics.figure(unit, turn, name, value, generation=gen)
                 audio_s += len(chunk.audio) / chunk.sample_rate
                 yield AudioOut(turn, gen, chunk.audio, chunk.sample_rate, False)
             if audio_s:

@@ -20,9 +20,10 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSource, InputMarker
+from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSink, AudioSource, InputMarker
 from engine.audio.echo import EchoCanceller
 from engine.audio.health import DeviceState, HealthLog, HealthReport, SampleGuard
+from engine.backends.base import VadModel
 from engine.config import BargeIn, EndOfTurn, EngineConfig
 from engine.pipeline.control import CancelReason
 from engine.pipeline.events import AudioStatus, EngineError, TurnCancelled, UserSpeaking
@@ -30,6 +31,7 @@ from engine.pipeline.messages import Message, SpeechSegment
 from engine.pipeline.metrics import Figure, Mark
 from engine.pipeline.playback import Playback
 from engine.pipeline.stage import SourceStage, StageContext
+from engine.stages.end_of_turn.board import AudioScorer
 from engine.stages.turns import Committed, Partial, Reopened, SegmentEnded, Started, TurnDetector, TurnEvent
 
 _HEALTH_POLL_S = 0.1  # how often the devices' health is collected
@@ -48,10 +50,10 @@ class PartialSequence:
         self.final = -1
 
 
-class VadStage(SourceStage):
+class VadStage(SourceStage[VadModel]):
     """Source -> frames -> speech probability -> turn events -> segments for STT."""
 
-    def __init__(self, ctx: StageContext, vad_model, source: AudioSource, playback: Playback,
+    def __init__(self, ctx: StageContext, vad_model: VadModel, source: AudioSource, playback: Playback,
                  partials: PartialSequence, next_turn_id: Callable[[], int],
                  echo: EchoCanceller | None = None) -> None:
         super().__init__("vad", ctx, source, vad_model)
@@ -71,7 +73,7 @@ class VadStage(SourceStage):
         self.input_health = HealthLog("input")
         self._guard = SampleGuard(self.input_health, lambda: "the audio input")
         self._t_health = 0.0
-        self.audio_scorer = None  # set by the unit when learned end of turn is available
+        self.audio_scorer: AudioScorer | None = None  # set by the unit when learned end of turn is on
         self._scored = 0  # audio scores asked for in this grace
         self._segment_generation = 0  # the revision the speculative STT/LLM work runs under
         self._decided_early = False
@@ -268,14 +270,7 @@ class VadStage(SourceStage):
         self.ctx.events.emit(TurnCancelled(self.ctx.unit, turn, CancelReason.BARGE_IN))
 
 
-def _health_poll(device: object) -> Callable[[], list[HealthReport]] | None:
-    """The ``poll_health`` of a sound device, looking through wrappers that keep the
-    wrapped source as ``inner`` (push-to-talk)."""
-    for _ in range(4):
-        if device is None:
-            return None
-        poll = getattr(device, "poll_health", None)
-        if callable(poll):
-            return poll
-        device = getattr(device, "inner", None)
-    return None
+def _health_poll(device: AudioSource | AudioSink) -> Callable[[], list[HealthReport]]:
+    """The ``poll_health`` of a source or sink: every one has it (a file's reports
+    nothing; a wrapper's, such as push-to-talk, is the wrapped source's)."""
+    return device.poll_health

@@ -26,10 +26,12 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from engine.backends import mlx_guard
 from engine.backends.llm import check_context, reusable_prefix
-from engine.backends.base import GenerationOptions, LlmStep, LoadRequest, Progress, no_progress
+from engine.backends.base import (GenerationOptions, LlmModel, LlmSession, LlmStep, LoadRequest, Progress,
+                                  no_progress)
 from engine.backends.llm.sampling import SAMPLING_TOP_K, NgramBlocker
 from engine.errors import ConfigError, DeviceError, MissingDependencyError, ModelError
 from engine.runtime.hub import offline as hub_offline
@@ -115,18 +117,18 @@ def resolve_model_folder(model: str, progress: Progress = no_progress) -> Path:
     return _check_folder(folder)
 
 
-class MlxLm:
+class MlxLm(LlmModel):
     """A loaded mlx-lm model and tokenizer, shared by every pipeline unit."""
 
     actual_device = "mlx"
 
     def __init__(self, model, tokenizer, folder: Path, lock: MlxLock,
                  compute_device: str, context_tokens: int | None) -> None:
-        self.model = model
+        self.model: Any = model  # an mlx.nn.Module; None once closed
         self.tokenizer = tokenizer  # mlx_lm TokenizerWrapper
         self.folder = folder
         self.name = folder.name
-        self.lock = lock
+        self.lock: MlxLock = lock
         self.compute_device = compute_device  # "gpu" or "cpu": MLX's own default device
         self.context_tokens = context_tokens
         self.stop_ids = frozenset(tokenizer.eos_token_ids)
@@ -179,7 +181,7 @@ class _ReplyPenalties:
         return logits
 
 
-class MlxLmSession:
+class MlxLmSession(LlmSession):
     """One conversation's decoding state on a shared MlxLm. Use from one thread only."""
 
     def __init__(self, llm: MlxLm, unit: int | None = None) -> None:
@@ -233,6 +235,7 @@ class MlxLmSession:
         reply_tokens = 0
         started = time.perf_counter()
         prefill_seconds = t_first = 0.0
+        failed = False
         try:
             while True:
                 if seen and should_stop():
@@ -260,12 +263,12 @@ class MlxLmSession:
                 if finished:
                     return
         except Exception:
-            seen = None  # the cache may hold part of a failed step: trust nothing in it
+            failed = True  # the cache may hold part of a failed step: trust nothing in it
             raise
         finally:
             with hold:
                 steps.close()  # stream_generate's own clean-up (it synchronizes) runs in the lock
-            if seen is None:
+            if failed:
                 self.reset()
             else:
                 self._remember(prompt, seen)
@@ -329,7 +332,7 @@ def load(request: LoadRequest, progress: Progress = no_progress, *,
         import mlx_lm
 
         try:
-            model, tokenizer = mlx_lm.load(str(folder))
+            model, tokenizer = mlx_lm.load(str(folder))[:2]  # (model, tokenizer[, config])
         except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
             raise ModelError(f"mlx-lm cannot load the language model in {folder}: {exc}") from None
         if request.dtype != "auto":

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
-from engine.backends.base import GenerationOptions, LlmStep, LoadRequest, Progress, no_progress
+from engine.backends.base import (GenerationOptions, LlmModel, LlmSession, LlmStep, LoadRequest, Progress,
+                                  no_progress)
 from engine.backends.remote import Endpoint, RemoteClient, Retrier
 from engine.runtime.devices import Device
+from engine.config import LlmConfig
 from engine.errors import DeviceError
 from engine.pipeline.metrics import Figure
 
@@ -30,7 +33,7 @@ from engine.pipeline.metrics import Figure
 def load(request: LoadRequest, progress: Progress = no_progress) -> RemoteLlm:
     """A client of the server the ``llm`` section names, for ``request.model``."""
     _check_device(request.device)
-    endpoint = Endpoint.of("llm", request.options)
+    endpoint = Endpoint.of("llm", request.options_as(LlmConfig))
     progress(None, f"using {request.model} on {endpoint.base_url}")
     return RemoteLlm(RemoteClient(endpoint), request.model)
 
@@ -41,7 +44,7 @@ def _check_device(device: Device) -> None:
                           "(a server named by llm.base_url)")
 
 
-class RemoteLlm:
+class RemoteLlm(LlmModel):
     """A model on a server, shared by every pipeline unit (the client's pool is thread-safe)."""
 
     actual_device = "remote"
@@ -58,13 +61,17 @@ class RemoteLlm:
         self.client.close()
 
 
-class RemoteLlmSession:
+class RemoteLlmSession(LlmSession):
     """One unit's conversation: stateless on this side (the server gets the whole history
     each turn). ``figures`` holds the network figures of the last reply."""
 
     def __init__(self, llm: RemoteLlm) -> None:
         self.llm = llm
-        self.figures: dict[Figure, float] = {}
+        self.figures = {}
+
+    def reset(self) -> None:
+        """A new conversation: nothing to forget here (the server keeps no cache of ours)."""
+        self.figures = {}
 
     def _request(self, messages: list[dict[str, str]], options: GenerationOptions):
         extra: dict = {}
@@ -72,10 +79,12 @@ class RemoteLlmSession:
             extra["repetition_penalty"] = options.repetition_penalty
         if options.no_repeat_ngram_size > 0:
             extra["no_repeat_ngram_size"] = options.no_repeat_ngram_size
-        return self.llm.client.openai.chat.completions.create(
-            model=self.llm.model, messages=messages, stream=True,
-            max_tokens=options.max_new_tokens, temperature=options.temperature,
-            stream_options={"include_usage": True}, extra_body=extra or None)
+        # Chat messages as plain dicts: the client's TypedDicts per role would add nothing.
+        request: dict[str, Any] = {
+            "model": self.llm.model, "messages": messages, "stream": True,
+            "max_tokens": options.max_new_tokens, "temperature": options.temperature,
+            "stream_options": {"include_usage": True}, "extra_body": extra or None}
+        return self.llm.client.openai.chat.completions.create(**request)
 
     def generate(self, messages: list[dict[str, str]], options: GenerationOptions,
                  should_stop: Callable[[], bool]) -> Iterator[LlmStep]:
@@ -105,11 +114,13 @@ class RemoteLlmSession:
 
     def _network(self, client: RemoteClient) -> None:
         timing = client.timing()
+        figures: dict[Figure, float] = {}
         if timing is not None:
             if timing.network_s is not None:
-                self.figures[Figure.LLM_NETWORK_S] = timing.network_s
+                figures[Figure.LLM_NETWORK_S] = timing.network_s
             if timing.headers_s is not None:
-                self.figures[Figure.LLM_HEADERS_S] = timing.headers_s
+                figures[Figure.LLM_HEADERS_S] = timing.headers_s
+        self.figures = figures
 
     def _steps(self, stream, started: float, should_stop: Callable[[], bool],
                retrier: Retrier) -> Iterator[LlmStep]:

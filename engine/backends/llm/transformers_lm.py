@@ -18,12 +18,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from engine.backends.llm import check_context, reusable_prefix
-from engine.backends.base import GenerationOptions, LlmStep, LoadRequest, Progress, no_progress
+from engine.backends.base import (GenerationOptions, LlmModel, LlmSession, LlmStep, LoadRequest, Progress,
+                                  no_progress)
 from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token
 from engine.errors import ConfigError, DeviceError, ModelError
 from engine.runtime.hub import offline as hub_offline
 from engine.runtime.memory import torch_weights_bytes
-from engine.runtime.mlx_lock import model_lock, unit_of_current_thread
+from engine.runtime.mlx_lock import MlxLock, model_lock, unit_of_current_thread
 
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -71,7 +72,8 @@ def load(request: LoadRequest, progress: Progress = no_progress) -> Transformers
     if not tokenizer.chat_template:
         raise ModelError(f"the model in {folder} has no chat template "
                          "(chat_template.jinja or tokenizer_config.json); use an instruct/chat model")
-    model.to(str(device)).eval()
+    # transformers wraps Module.to with functools.wraps, which pyright reads as unbound.
+    model.to(str(device)).eval()  # pyright: ignore[reportArgumentType]
     llm = TransformersLlm(model, tokenizer, folder)
     progress(1.0, f"loaded {folder.name} on {llm.actual_device} in {time.perf_counter() - started:.1f} s")
     return llm
@@ -146,14 +148,15 @@ def _torch_dtype(name: str, device):
     return torch.float32
 
 
-class TransformersLlm:
+class TransformersLlm(LlmModel):
     """A loaded causal LM and tokenizer, shared by every pipeline unit."""
 
     def __init__(self, model, tokenizer, folder: Path) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.folder = folder
-        self.lock = model_lock("llm model lock")  # one forward pass at a time on this model, measured
+        # One forward pass at a time on this model, measured.
+        self.lock: MlxLock = model_lock("llm model lock")
         first = next(model.parameters())
         self.actual_device = str(first.device)
         self.weights_bytes = torch_weights_bytes(model)
@@ -226,7 +229,7 @@ def _stop_token_ids(model, tokenizer) -> frozenset[int]:
     return frozenset(ids)
 
 
-class TransformersLlmSession:
+class TransformersLlmSession(LlmSession):
     """One conversation on a shared model: the KV cache and the token ids it holds."""
 
     def __init__(self, llm: TransformersLlm) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.backends.base import LoadRequest, Progress, SttResult
+from engine.backends.base import LoadRequest, Progress, SttModel, SttResult
 from engine.errors import AudioInputError, ConfigError, DeviceError, ModelError
 from engine.runtime.memory import file_bytes
 
@@ -97,7 +97,7 @@ def _download_error(model_ref: str, exc: OSError) -> ModelError:
     return ModelError(f"cannot download STT model {model_ref!r}: {exc}")
 
 
-class FasterWhisperStt:
+class FasterWhisperStt(SttModel):
     """A loaded faster-whisper model, shared by every pipeline unit (thread-safe)."""
 
     sample_rate = SAMPLE_RATE

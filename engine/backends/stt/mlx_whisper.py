@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.backends import mlx_guard
-from engine.backends.base import LoadRequest, Progress, SttResult, no_progress
+from engine.backends.base import LoadRequest, Progress, SttModel, SttResult, no_progress
 from engine.errors import AudioInputError, ConfigError, DeviceError, ModelError
 from engine.runtime.hub import offline as hub_offline
 from engine.runtime.mlx_lock import MlxLock, get_mlx_lock, unit_of_current_thread
@@ -97,7 +97,7 @@ def resolve_model_folder(model: str, progress: Progress = no_progress) -> Path:
     return _check_folder(folder)
 
 
-class MlxWhisperStt:
+class MlxWhisperStt(SttModel):
     """A loaded mlx-whisper model, shared by every pipeline unit (calls take the MLX lock)."""
 
     sample_rate = SAMPLE_RATE
@@ -109,7 +109,7 @@ class MlxWhisperStt:
         self.folder = folder
         self.name = str(folder)
         self.fp16 = fp16
-        self.lock = lock
+        self.lock: MlxLock = lock
         self.compute_device = compute_device  # "gpu" or "cpu": MLX's own default device
         self.multilingual = bool(model.is_multilingual)
 

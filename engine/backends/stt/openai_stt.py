@@ -11,16 +11,15 @@ naming the server, what happened and what to check.
 
 from __future__ import annotations
 
-import io
 import json
 import time
-import wave
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.backends.base import LoadRequest, Progress, SttResult, no_progress
+from engine.audio.pcm import wav_bytes
+from engine.backends.base import LoadRequest, Progress, SttModel, SttResult, no_progress
 from engine.backends.remote import Endpoint, RemoteClient, RemoteError, Retrier
+from engine.config import SttConfig
 from engine.errors import DeviceError
 from engine.pipeline.metrics import Figure
 
@@ -32,32 +31,13 @@ def load(request: LoadRequest, progress: Progress = no_progress) -> RemoteStt:
     if request.device.kind != "remote":
         raise DeviceError(f"stt backend 'openai' cannot run on {request.device}; it runs on "
                           "remote (a server named by stt.base_url)")
-    endpoint = Endpoint.of("stt", request.options)
+    options = request.options_as(SttConfig)
+    endpoint = Endpoint.of("stt", options)
     progress(None, f"using {request.model} on {endpoint.base_url}")
-    return RemoteStt(RemoteClient(endpoint), request.model,
-                     bool(getattr(request.options, "stream", True)))
+    return RemoteStt(RemoteClient(endpoint), request.model, options.stream)
 
 
-def wav_bytes(audio: np.ndarray, rate: int = SAMPLE_RATE) -> bytes:
-    """Float mono audio (-1..1) as a 16-bit PCM WAV file in memory."""
-    pcm = (np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0) * 32767.0).round().astype("<i2")
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(rate)
-        out.writeframes(pcm.tobytes())
-    return buffer.getvalue()
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteSttResult(SttResult):
-    """A transcription with the network's share of its time (``figures``, for the stage)."""
-
-    figures: dict = field(default_factory=dict)
-
-
-class RemoteStt:
+class RemoteStt(SttModel):
     """A speech-to-text model on a server, shared by every pipeline unit."""
 
     sample_rate = SAMPLE_RATE
@@ -73,10 +53,11 @@ class RemoteStt:
         """The server decides which languages it knows: any code is passed on."""
 
     def transcribe(self, audio: np.ndarray, language: str | None = None,
-                   beam_size: int = 1) -> RemoteSttResult:
-        """Transcribe 16 kHz mono float32 audio on the server."""
+                   beam_size: int = 1) -> SttResult:
+        """Transcribe 16 kHz mono float32 audio on the server; the result's ``figures``
+        are the network's share of its time."""
         started = time.perf_counter()
-        data = wav_bytes(audio)
+        data = wav_bytes(audio, SAMPLE_RATE)
         retrier = Retrier(self.endpoint)
         while True:
             try:
@@ -87,15 +68,15 @@ class RemoteStt:
                 if retrier.again(error):
                     continue
                 raise error from None
-        figures = {}
+        figures: dict[Figure, float] = {}
         timing = self.client.timing()
         if timing is not None:
             if timing.network_s is not None:
                 figures[Figure.STT_NETWORK_S] = timing.network_s
             if timing.headers_s is not None:
                 figures[Figure.STT_HEADERS_S] = timing.headers_s
-        return RemoteSttResult(text.strip(), len(audio) / SAMPLE_RATE,
-                               time.perf_counter() - started, figures)
+        return SttResult(text.strip(), len(audio) / SAMPLE_RATE, time.perf_counter() - started,
+                         figures)
 
     def _request(self, data: bytes, language: str | None) -> str:
         api = self.client.openai.audio.transcriptions

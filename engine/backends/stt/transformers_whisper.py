@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.backends.base import LoadRequest, Progress, SttResult
+from engine.backends.base import LoadRequest, Progress, SttModel, SttResult
 from engine.runtime.devices import Device
 from engine.errors import AudioInputError, ConfigError, DeviceError, ModelError
 from engine.runtime.hub import offline as hub_offline
 from engine.runtime.memory import torch_weights_bytes
-from engine.runtime.mlx_lock import model_lock, unit_of_current_thread
+from engine.runtime.mlx_lock import MlxLock, model_lock, unit_of_current_thread
 
 SAMPLE_RATE = 16000
 WINDOW_SECONDS = 30  # Whisper's fixed input window
@@ -97,7 +97,7 @@ def _load_error(ref: str, local_only: bool, exc: Exception) -> ModelError:
                       f"{exc.__class__.__name__}: {exc}")
 
 
-class TransformersWhisperStt:
+class TransformersWhisperStt(SttModel):
     """A loaded transformers Whisper model and processor, shared by every pipeline unit."""
 
     sample_rate = SAMPLE_RATE
@@ -105,7 +105,8 @@ class TransformersWhisperStt:
     def __init__(self, model, processor, name: str) -> None:
         self._model = model
         self._processor = processor
-        self.lock = model_lock("stt model lock")  # generate() keeps state on the model: one call at a time
+        # generate() keeps state on the model: one call at a time.
+        self.lock: MlxLock = model_lock("stt model lock")
         self.name = name
         self.multilingual = _is_multilingual(model)
         self.dtype = next(model.parameters()).dtype
@@ -135,7 +136,7 @@ class TransformersWhisperStt:
         if audio.ndim != 1:
             raise AudioInputError(f"STT takes mono (1-D) 16 kHz audio; got shape {audio.shape}")
         self.check_language(language)
-        kwargs = {"max_new_tokens": self.max_new_tokens, "num_beams": beam_size}
+        kwargs: dict[str, int | str] = {"max_new_tokens": self.max_new_tokens, "num_beams": beam_size}
         if self.multilingual:
             kwargs["task"] = "transcribe"
             if language:
@@ -180,7 +181,8 @@ def load(request: LoadRequest, progress: Progress) -> TransformersWhisperStt:
         raise ModelError(f"STT model {ref} has no Whisper processor (feature extractor and "
                          "tokenizer files)")
     try:
-        model = model.to(device).eval()
+        # transformers wraps Module.to with functools.wraps, which pyright reads as unbound.
+        model = model.to(device).eval()  # pyright: ignore[reportArgumentType]
     except (RuntimeError, AssertionError) as exc:
         raise DeviceError(f"stt stage: cannot move Whisper to {device}: {exc}") from None
     stt = TransformersWhisperStt(model, processor, ref)

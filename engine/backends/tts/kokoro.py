@@ -30,15 +30,19 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engine.backends.base import LoadRequest, Progress, TtsChunk
+from engine.backends.base import LoadRequest, Progress, TtsChunk, TtsModel
 from engine.runtime.devices import Device
 from engine.errors import ConfigError, DeviceError, MissingDependencyError, ModelError
 from engine.runtime.memory import torch_weights_bytes
-from engine.runtime.mlx_lock import model_lock, unit_of_current_thread
+from engine.runtime.mlx_lock import MlxLock, model_lock, unit_of_current_thread
 from engine.backends.voices import Voice, VoiceList
+
+if TYPE_CHECKING:
+    import torch
 
 SAMPLE_RATE = 24000
 DEFAULT_VOICE = "af_heart"
@@ -231,7 +235,7 @@ def _voice_name(voice: str) -> str:
     return name
 
 
-class KokoroTts:
+class KokoroTts(TtsModel):
     """A loaded Kokoro model, shared by pipeline units (locks inside).
 
     Voices are small style tensors: each is loaded on first use and kept, so the voice
@@ -244,8 +248,9 @@ class KokoroTts:
         self._model = model
         self._style_dim = style_dim
         self._voices_lock = threading.Lock()
-        self.lock = model_lock("tts model lock")  # forward passes, one at a time (see the module doc)
-        self._voices: dict[str, object] = {}  # voice name -> style pack on the model's device
+        # Forward passes, one at a time (see the module doc).
+        self.lock: MlxLock = model_lock("tts model lock")
+        self._voices: dict[str, torch.Tensor] = {}  # voice name -> style pack on the model's device
         self._g2ps: dict[bool, object] = {}  # british -> G2P
         self.name = name
         device = next(model.parameters()).device

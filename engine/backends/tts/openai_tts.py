@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from engine.backends.base import LoadRequest, Progress, TtsChunk, no_progress
+from engine.audio.pcm import from_pcm16
+from engine.backends.base import LoadRequest, Progress, TtsChunk, TtsModel, no_progress
 from engine.backends.remote import Endpoint, RemoteClient, Retrier
+from engine.config import TtsConfig
 from engine.errors import ConfigError, DeviceError
 from engine.pipeline.metrics import Figure
 from engine.backends.voices import Voice, VoiceList
@@ -39,20 +41,14 @@ def load(request: LoadRequest, progress: Progress = no_progress) -> RemoteTts:
     if request.device.kind != "remote":
         raise DeviceError(f"tts backend 'openai' cannot run on {request.device}; it runs on "
                           "remote (a server named by tts.base_url)")
-    fmt = str(getattr(request.options, "response_format", "pcm")).strip().lower()
+    options = request.options_as(TtsConfig)
+    fmt = options.response_format.strip().lower()
     if fmt not in FORMATS:
         raise ConfigError(f"'tts.response_format' = {fmt!r} is not supported; use "
                           f"{' or '.join(FORMATS)}")
-    endpoint = Endpoint.of("tts", request.options)
+    endpoint = Endpoint.of("tts", options)
     progress(None, f"using {request.model} on {endpoint.base_url}")
     return RemoteTts(RemoteClient(endpoint), request.model, fmt)
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteTtsChunk(TtsChunk):
-    """Audio with the network's share of its request (on a request's first chunk)."""
-
-    figures: dict = field(default_factory=dict)
 
 
 class PcmDecoder:
@@ -66,7 +62,7 @@ class PcmDecoder:
         data = self._rest + data
         usable = len(data) - len(data) % 2
         self._rest = data[usable:]
-        return np.frombuffer(data[:usable], dtype="<i2").astype(np.float32) / 32768.0
+        return from_pcm16(data[:usable])
 
 
 class WavDecoder:
@@ -95,7 +91,7 @@ class WavDecoder:
         if self._format == 3:
             samples = np.frombuffer(data[:usable], dtype="<f4").astype(np.float32)
         else:
-            samples = np.frombuffer(data[:usable], dtype="<i2").astype(np.float32) / 32768.0
+            samples = from_pcm16(data[:usable])
         if self._channels > 1:
             samples = samples.reshape(-1, self._channels).mean(axis=1)
         return samples
@@ -132,7 +128,7 @@ class WavDecoder:
         return b""
 
 
-class RemoteTts:
+class RemoteTts(TtsModel):
     """A text-to-speech model on a server, shared by every pipeline unit."""
 
     actual_device = "remote"
@@ -156,8 +152,9 @@ class RemoteTts:
         """The server decides which voices it has: any name is passed on."""
 
     def synthesize(self, text: str, should_stop: Callable[[], bool], voice: str = "auto",
-                   speed: float = 1.0) -> Iterator[RemoteTtsChunk]:
-        """Speak ``text`` on the server; audio is yielded as it arrives."""
+                   speed: float = 1.0) -> Iterator[TtsChunk]:
+        """Speak ``text`` on the server; audio is yielded as it arrives (a request's first
+        chunk with the network's share of its time, ``figures``)."""
         retrier = Retrier(self.endpoint, should_stop)
         while True:
             if should_stop():
@@ -178,8 +175,8 @@ class RemoteTts:
                 raise error from None
 
     def _stream(self, text: str, should_stop: Callable[[], bool], voice: str,
-                speed: float) -> Iterator[RemoteTtsChunk]:
-        kwargs = {"model": self.model, "input": text,
+                speed: float) -> Iterator[TtsChunk]:
+        kwargs: dict[str, Any] = {"model": self.model, "input": text,
                   "voice": DEFAULT_VOICE if voice in ("", "auto") else voice,
                   "response_format": self.response_format}
         if speed != 1.0:
@@ -199,16 +196,16 @@ class RemoteTts:
                 pending.append(samples)
                 held += samples.size
                 if held >= MIN_CHUNK_S * decoder.rate:
-                    yield RemoteTtsChunk(np.concatenate(pending), decoder.rate, figures)
+                    yield TtsChunk(np.concatenate(pending), decoder.rate, figures)
                     figures, pending, held = {}, [], 0
             if pending:
-                yield RemoteTtsChunk(np.concatenate(pending), decoder.rate, figures)
+                yield TtsChunk(np.concatenate(pending), decoder.rate, figures)
             if self.response_format == "wav" and not decoder.rate:
                 raise ValueError("the WAV answer ended inside its header")
 
-    def _figures(self) -> dict:
+    def _figures(self) -> dict[Figure, float]:
         timing = self.client.timing()
-        figures: dict = {}
+        figures: dict[Figure, float] = {}
         if timing is not None:
             if timing.network_s is not None:
                 figures[Figure.TTS_NETWORK_S] = timing.network_s

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.backends.base import LoadRequest, Progress, TtsChunk
+from engine.backends.base import LoadRequest, Progress, TtsChunk, TtsModel
 from engine.backends.onnx_device import onnx_actual_device, onnx_providers
 from engine.runtime.devices import Device
 from engine.errors import ConfigError, DeviceError, ModelError
@@ -119,7 +119,7 @@ def _speaker_id(config, voice: str, name: str) -> int | None:
                       f"speakers: auto, {', '.join(speakers)}")
 
 
-class PiperTts:
+class PiperTts(TtsModel):
     """A loaded Piper voice, shared by every pipeline unit (thread-safe, see module doc)."""
 
     def __init__(self, voice, name: str) -> None:

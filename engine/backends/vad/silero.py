@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.backends.base import LoadRequest, Progress
+from engine.backends.base import LoadRequest, Progress, VadModel, VadStream
 from engine.backends.onnx_device import onnx_actual_device, onnx_providers
 from engine.runtime.devices import Device
 from engine.errors import AudioInputError, DeviceError, ModelError
@@ -47,7 +47,7 @@ def _providers(device: Device, available: list[str]) -> list:
     return onnx_providers("vad", "Silero VAD", device, available)
 
 
-class SileroStream:
+class SileroStream(VadStream):
     """One audio stream's VAD state: the recurrent state and the last 64 samples."""
 
     def __init__(self, model: SileroVad) -> None:
@@ -76,7 +76,7 @@ class SileroStream:
         return prob
 
 
-class SileroVad:
+class SileroVad(VadModel):
     """The shared Silero model: one ONNX session, many independent streams."""
 
     sample_rate = SAMPLE_RATE

@@ -112,10 +112,10 @@ class AudioScorer:
             with self._cond:
                 while self._request is None and not self._stopping:
                     self._cond.wait()
-                if self._stopping:
+                request, self._request = self._request, None
+                if self._stopping or request is None:
                     return
-                turn_id, generation, audio = self._request
-                self._request = None
+                turn_id, generation, audio = request
             try:
                 self._board.post_audio(turn_id, generation, self._score(audio))
             except Exception as exc:  # a failed score leaves the grace to decide (logged)

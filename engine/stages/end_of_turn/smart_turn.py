@@ -59,8 +59,11 @@ class SmartTurn:
                  threads: int = 1) -> None:
         import onnxruntime
 
-        default_model, default_features = (model_path, features_path) if model_path else model_files()
-        model_path, features_path = default_model, features_path or default_features
+        if model_path is None:
+            model_path, default_features = model_files()
+            features_path = features_path or default_features
+        elif features_path is None:
+            features_path = model_files()[1]
         if not model_path.is_file():
             raise ModelError(f"Smart Turn model not found: {model_path}")
         try:
