@@ -69,17 +69,15 @@ class VadConfig:
 
 
 @dataclass(frozen=True)
-class SttConfig:
-    """Speech to text."""
+class RemoteFields:
+    """How a remote stage (backend 'openai', device 'remote') reaches its OpenAI-compatible server.
 
-    backend: str = field(default=_AUTO, metadata=_range(help="STT backend"))
-    model: str = field(default=_AUTO, metadata=_range(help="model id, folder, or auto"))
-    device: str = field(default=_AUTO, metadata=_range(help="device for STT"))
-    dtype: str = field(default=_AUTO,
-        metadata=_range(help="compute type (auto, float32, float16, int8)"))
-    language: str = field(default="en", metadata=_range(help="spoken language", runtime=True))
-    beam_size: int = field(default=1, metadata=_range(1, 10, "beam width", runtime=True))
-    # A remote stage (backend 'openai', device 'remote'): an OpenAI-compatible server.
+    Declared once; SttConfig, LlmConfig and TtsConfig inherit it, and their keys stay flat
+    (``llm.base_url``, ``--llm-base-url``, QSettings ``llm/base_url``). Each of them inherits
+    ``(RemoteFields, _XxxCore)``: a dataclass lists the fields of its last base first, so a
+    stage's own fields come before these ones and the keys keep the order they always had.
+    """
+
     base_url: str = field(default="", metadata=_range(
         help="OpenAI-compatible server for the remote backend, e.g. http://gpu-box:8000/v1"))
     api_key_env: str = field(default="", metadata=_range(
@@ -88,13 +86,32 @@ class SttConfig:
         metadata=_range(0.5, 600.0, "seconds a remote request may wait for the server"))
     retries: int = field(default=1,
         metadata=_range(0, 5, "retries of a failed remote request (never after its first output)"))
+
+
+@dataclass(frozen=True)
+class _SttCore:
+    """SttConfig's fields listed before its remote ones."""
+
+    backend: str = field(default=_AUTO, metadata=_range(help="STT backend"))
+    model: str = field(default=_AUTO, metadata=_range(help="model id, folder, or auto"))
+    device: str = field(default=_AUTO, metadata=_range(help="device for STT"))
+    dtype: str = field(default=_AUTO,
+        metadata=_range(help="compute type (auto, float32, float16, int8)"))
+    language: str = field(default="en", metadata=_range(help="spoken language", runtime=True))
+    beam_size: int = field(default=1, metadata=_range(1, 10, "beam width", runtime=True))
+
+
+@dataclass(frozen=True)
+class SttConfig(RemoteFields, _SttCore):
+    """Speech to text."""
+
     stream: bool = field(default=True,
         metadata=_range(help="ask a remote server to stream the transcript (where it can)"))
 
 
 @dataclass(frozen=True)
-class LlmConfig:
-    """The language model that writes the replies."""
+class _LlmCore:
+    """LlmConfig's fields listed before its remote ones."""
 
     backend: str = field(default=_AUTO, metadata=_range(help="LLM backend"))
     model: str = field(default=_AUTO, metadata=_range(help="model id, folder, or auto"))
@@ -117,35 +134,28 @@ class LlmConfig:
         metadata=_range(1.0, 3.0, "penalty on repeated tokens", runtime=True))
     no_repeat_ngram_size: int = field(default=4,
         metadata=_range(0, 20, "forbid repeating n-grams (0 off)", runtime=True))
-    # A remote stage (backend 'openai', device 'remote'): an OpenAI-compatible server.
-    base_url: str = field(default="", metadata=_range(
-        help="OpenAI-compatible server for the remote backend, e.g. http://gpu-box:8000/v1"))
-    api_key_env: str = field(default="", metadata=_range(
-        help="environment variable holding that server's API key (empty: send none)"))
-    timeout_s: float = field(default=30.0,
-        metadata=_range(0.5, 600.0, "seconds a remote request may wait for the server"))
-    retries: int = field(default=1,
-        metadata=_range(0, 5, "retries of a failed remote request (never after its first output)"))
 
 
 @dataclass(frozen=True)
-class TtsConfig:
-    """Text to speech."""
+class LlmConfig(RemoteFields, _LlmCore):
+    """The language model that writes the replies."""
+
+
+@dataclass(frozen=True)
+class _TtsCore:
+    """TtsConfig's fields listed before its remote ones."""
 
     backend: str = field(default=_AUTO, metadata=_range(help="TTS backend"))
     model: str = field(default=_AUTO, metadata=_range(help="voice model id, file, or auto"))
     device: str = field(default=_AUTO, metadata=_range(help="device for TTS"))
     voice: str = field(default=_AUTO, metadata=_range(help="speaker or voice name", runtime=True))
     speed: float = field(default=1.0, metadata=_range(0.25, 4.0, "speaking rate", runtime=True))
-    # A remote stage (backend 'openai', device 'remote'): an OpenAI-compatible server.
-    base_url: str = field(default="", metadata=_range(
-        help="OpenAI-compatible server for the remote backend, e.g. http://gpu-box:8000/v1"))
-    api_key_env: str = field(default="", metadata=_range(
-        help="environment variable holding that server's API key (empty: send none)"))
-    timeout_s: float = field(default=30.0,
-        metadata=_range(0.5, 600.0, "seconds a remote request may wait for the server"))
-    retries: int = field(default=1,
-        metadata=_range(0, 5, "retries of a failed remote request (never after its first output)"))
+
+
+@dataclass(frozen=True)
+class TtsConfig(RemoteFields, _TtsCore):
+    """Text to speech."""
+
     response_format: str = field(default="pcm",
         metadata=_range(help="audio a remote server sends: pcm (24 kHz 16-bit) or wav"))
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+
 
 class ParleyError(Exception):
     """Base of every error that reaches the user as a message, never as a traceback."""
@@ -155,3 +158,27 @@ def release_cached_memory(device: str | None) -> None:
         import logging
 
         logging.getLogger("parley.errors").warning("torch.cuda.empty_cache failed", exc_info=True)
+
+
+def run_command(command: Callable[[], int], prog: str = "parley-cli") -> int:
+    """Run one command of the command line and return its exit status.
+
+    The one exit block of ``parley-cli`` and its tools (``engine.cli.main``,
+    ``engine.bench.lab``, ``engine.bench.serve``, ``engine.bench.soak``): a ParleyError
+    becomes one line on stderr, ``prog: error: message`` (``prog: message`` for a
+    NoSpeechError: a recording without speech is a result, not a fault), and its
+    ``exit_code``; Ctrl-C becomes ``prog: interrupted`` and 130. Anything else is a bug
+    and keeps its traceback. Lives here, not in ``engine.cli``, so that the bench tools
+    can use it without importing the command line.
+    """
+    try:
+        return command()
+    except NoSpeechError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except ParleyError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130

@@ -5,6 +5,15 @@
 - ``engine.cli.main`` is the command line's entry point: it imports the subcommand modules and
   nothing imports it back.
 - No import cycle among ``engine.*`` and ``app.*`` modules at module level.
+- ``engine/`` keeps only its front-end API at its top (at most 12 modules, named in
+  ``ENGINE_TOP_LEVEL``); every other engine module sits in a folder that names its layer
+  (``ENGINE_LAYERS``, each one described in ``docs/ARCHITECTURE.md``).
+- The streaming core (``engine.pipeline``, ``engine.stages``) imports nothing from the tools
+  and services built on it (``engine.bench``, ``engine.cli``, ``engine.server``,
+  ``engine.history``).
+- ``app``'s feature packages (``APP_FEATURES``) import ``app.core`` and their own modules,
+  never each other or ``app.window`` (the composition root, which may import them all);
+  ``app.core`` imports no feature. ``app/`` has at most 10 files at its top level.
 
 Every ``import`` counts, at module level or inside a function (a lazy import is still a
 dependency), except for the cycle check, see ``_cycles``.
@@ -196,6 +205,96 @@ def test_only_the_command_line_imports_it_and_nothing_imports_its_entry_point(al
             if i.target == "engine.cli.main" and i.importer not in ("engine.cli.main", "engine.cli.__main__")]
     assert back == [], ("engine.cli.main imports its subcommands, never the other way round:\n"
                         + "\n".join(back))
+
+
+ENGINE_TOP_LEVEL = {"__init__", "engine", "config", "config_diff", "errors", "recording", "report"}
+ENGINE_TOP_LEVEL_MAX = 12  # counting __init__.py
+ENGINE_LAYERS = {"pipeline", "stages", "runtime", "audio", "backends", "history", "server", "bench",
+                 "cli"}
+STREAMING_CORE = ("engine.pipeline", "engine.stages")
+BUILT_ON_THE_CORE = ("engine.bench", "engine.cli", "engine.server", "engine.history")
+
+
+def _within(dotted: str, packages: tuple[str, ...]) -> bool:
+    return any(dotted == p or dotted.startswith(p + ".") for p in packages)
+
+
+def _folders(root: Path) -> list[Path]:
+    """Every folder below ``root`` that holds Python files (caches left out)."""
+    return sorted({p.parent for p in root.rglob("*.py") if "__pycache__" not in p.parts} - {root})
+
+
+def test_the_engine_top_level_is_its_front_end_api():
+    modules = sorted(p.stem for p in (ROOT / "engine").glob("*.py"))
+    assert len(modules) <= ENGINE_TOP_LEVEL_MAX, f"engine/ has {len(modules)} top-level modules: {modules}"
+    stray = sorted(set(modules) - ENGINE_TOP_LEVEL)
+    assert stray == [], (f"engine/{stray[0] if stray else ''}.py is not front-end API: move it into "
+                         f"the folder of its layer ({', '.join(sorted(ENGINE_LAYERS))})")
+
+
+def test_every_engine_module_sits_in_a_folder_that_names_its_layer():
+    engine = ROOT / "engine"
+    layers = {f.relative_to(engine).parts[0] for f in _folders(engine)}
+    assert layers == ENGINE_LAYERS, (f"engine/'s layer folders changed: new {sorted(layers - ENGINE_LAYERS)},"
+                                     f" gone {sorted(ENGINE_LAYERS - layers)}; update ENGINE_LAYERS and "
+                                     "docs/ARCHITECTURE.md")
+    not_packages = [str(f.relative_to(ROOT)) for f in _folders(engine) if not (f / "__init__.py").is_file()]
+    assert not_packages == [], f"folders without __init__.py: {not_packages}"
+
+
+def test_the_streaming_core_imports_nothing_built_on_it(all_imports):
+    bad = [_where(i) for i in all_imports
+           if _within(i.importer, STREAMING_CORE) and _within(i.target, BUILT_ON_THE_CORE)]
+    assert bad == [], ("the pipeline and the stages must not depend on the tools and services "
+                       "built on them:\n" + "\n".join(bad))
+
+
+def test_the_folder_rules_see_this_tree(all_imports):
+    # If the rules above looked at the wrong files they would pass on nothing; they must not.
+    assert {"engine.pipeline.unit", "engine.stages.vad_stage"} <= {i.importer for i in all_imports}
+    assert _within("engine.history.store", BUILT_ON_THE_CORE)
+    assert not _within("engine.historyx", BUILT_ON_THE_CORE)
+    assert {f.name for f in _folders(ROOT / "engine")} >= ENGINE_LAYERS
+
+
+APP_FEATURES = ("assistant", "bench", "conversation", "history", "onboarding", "performance", "server",
+                "settings")
+APP_TOP_LEVEL_MAX = 10  # files directly in app/, counting __init__.py
+
+
+def _app_feature(dotted: str) -> str | None:
+    """The feature package ``dotted`` belongs to (``app.bench.panel`` -> ``bench``), or None."""
+    parts = dotted.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "app" and parts[1] in APP_FEATURES else None
+
+
+def test_app_features_import_the_core_and_themselves_only(all_imports):
+    # A feature reaches another only through what the window (the composition root) hands it.
+    bad = [_where(i) for i in all_imports
+           if (feature := _app_feature(i.importer)) is not None and _top(i.target) == "app"
+           and not _within(i.target, ("app.core", f"app.{feature}"))]
+    assert bad == [], ("an app feature imports app.core and its own modules, never another feature "
+                       "or app.window:\n" + "\n".join(bad))
+
+
+def test_app_core_imports_no_feature_and_not_the_window(all_imports):
+    bad = [_where(i) for i in all_imports
+           if _within(i.importer, ("app.core",)) and _top(i.target) == "app"
+           and not _within(i.target, ("app.core",))]
+    assert bad == [], "app.core is what the features share: it imports none of them:\n" + "\n".join(bad)
+
+
+def test_the_app_rules_see_this_tree(all_imports):
+    importers = {i.importer for i in all_imports}
+    assert {f"app.{feature}" for feature in APP_FEATURES} <= importers  # each exports install()
+    assert ("app.window.main_window", "app.conversation") in {(i.importer, i.target) for i in all_imports}
+    assert _app_feature("app.bench.panel") == "bench" and _app_feature("app.core.widgets") is None
+    assert _app_feature("app.window.main_window") is None and _app_feature("engine.bench") is None
+
+
+def test_app_has_few_files_at_its_top_level():
+    files = sorted(p.name for p in (ROOT / "app").iterdir() if p.is_file() and p.suffix == ".py")
+    assert len(files) <= APP_TOP_LEVEL_MAX, f"app/ has {len(files)} files at its top level: {files}"
 
 
 def test_no_module_level_import_cycles(all_imports):

@@ -10,41 +10,32 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from engine.cli.output import write_json
+from engine.cli.output import show_choices, show_progress, write_json
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.errors import AudioInputError, NoSpeechError, ParleyError
-from engine.history.store import HistoryStore, record_history
+from engine.history.recorder import record_history
+from engine.history.store import HistoryStore
 from engine.pipeline.events import EngineError, Event, FinalTranscript, ReplyText
-from engine.recording import load_engine, run_recording, uses_bundled_stack
-from engine.report import bench_summary, format_bench, format_turn, placement_dict, turn_dict
-
-
-def _progress(stage: str, fraction: float | None, text: str) -> None:
-    pct = "" if fraction is None else f" {fraction * 100:3.0f}%"
-    print(f"[{stage}{pct}] {text}", file=sys.stderr, flush=True)
+from engine.recording import load_engine, run_recording
+from engine.report import bench_summary, format_bench, format_turn, turn_dict
 
 
 def prepare_engine(config: EngineConfig, registry=None) -> Engine:
     """Resolve placements (errors before any model loads), show the choices, load."""
     started = time.perf_counter()
 
-    def show_choices(engine: Engine) -> None:
+    def resolved(engine: Engine) -> None:
         nonlocal started
-        for placement in engine.placements.values():
-            print(f"[{placement.stage}] {placement.describe()}", file=sys.stderr)
-        for note in engine.notes:
-            print(f"note: {note}", file=sys.stderr)
-        if uses_bundled_stack(engine):
-            print("note: using the bundled offline stack", file=sys.stderr)
+        show_choices(engine)
         started = time.perf_counter()
 
-    engine = load_engine(config, registry, _progress, resolved=show_choices)
+    engine = load_engine(config, registry, show_progress, resolved=resolved)
     print(f"models ready in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return engine
 
@@ -89,8 +80,7 @@ def run_converse(args: argparse.Namespace, config: EngineConfig) -> int:
         try:
             turns, errors = run_recording(engine, audio, args.output, not args.fast,
                                           _echo(not args.json))
-            placements = [placement_dict(p, getattr(engine.models.get(s), "actual_device", None))
-                          for s, p in engine.placements.items()]
+            placements = engine.placement_dicts()
         finally:
             for problem in recorder.close() if recorder else ():
                 print(f"parley-cli: warning: {problem}", file=sys.stderr)
@@ -114,7 +104,7 @@ def run_converse(args: argparse.Namespace, config: EngineConfig) -> int:
 
 
 def bench_variants(config: EngineConfig, compare: list[str],
-                   sets: list[str] = ()) -> list[tuple[str, EngineConfig]]:
+                   sets: Sequence[str] = ()) -> list[tuple[str, EngineConfig]]:
     """``--variant k=v,k2=v2`` (each a full set) and ``--compare key=a,b`` (cartesian)
     -> [(label, config), ...]."""
     variants = [("", config)]
@@ -159,8 +149,7 @@ def run_bench(args: argparse.Namespace, config: EngineConfig) -> int:
                 v2v = [t["voice_to_voice_s"] for t in runs[label][-1] if t["voice_to_voice_s"] is not None]
                 print(f"run {run + 1}/{args.runs}{' ' + label if label else ''}: {len(turns)} turn(s), "
                       "voice-to-voice " + ", ".join(f"{v * 1000:.0f} ms" for v in v2v), file=sys.stderr)
-        placements = [placement_dict(p, getattr(engines[0].models.get(s), "actual_device", None))
-                      for s, p in engines[0].placements.items()]
+        placements = engines[0].placement_dicts()
     finally:
         for engine in engines:
             engine.close()

@@ -1,4 +1,4 @@
-"""``parley-cli history``: the stored conversations (``engine.history.store``) from a terminal.
+"""``parley-cli history``: the stored conversations (``engine.history``) from a terminal.
 
 ``list [--day YYYY-MM-DD] [--limit N]``, ``show ID``, ``search QUERY``,
 ``export ID --format md|json [--output FILE]`` and ``delete ID --yes``; each takes
@@ -16,8 +16,8 @@ from pathlib import Path
 
 from engine.cli.output import write_json
 from engine.errors import ParleyError
-from engine.history.store import (EXPORT_FORMATS, StoredConversation, HistoryError, HistoryStore,
-                                  describe_placement, history_path, local_time, parse_day)
+from engine.history.export import EXPORT_FORMATS, describe_placement, local_time
+from engine.history.store import HistoryError, HistoryStore, StoredConversation, history_path, parse_day
 
 COMMANDS = ("list", "show", "search", "export", "delete")
 

@@ -17,7 +17,7 @@ import logging
 import sys
 
 from engine.config import EngineConfig, config_fields, load_config
-from engine.errors import NoSpeechError, ParleyError
+from engine.errors import ParleyError, run_command
 
 
 def _flag(dotted: str) -> str:
@@ -111,44 +111,38 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(name)s: %(message)s", stream=sys.stderr)
-    try:
-        if args.command == "devices":
-            from engine.cli.devices import run_devices
+    return run_command(lambda: _dispatch(args))
 
-            return run_devices(args.json, config_from_args(args))
-        if args.command == "converse":
-            from engine.cli.converse import run_converse
 
-            return run_converse(args, config_from_args(args))
-        if args.command == "bench":
-            from engine.cli.converse import run_bench
+def _dispatch(args: argparse.Namespace) -> int:
+    """Run the parsed subcommand; its module loads only now (``--help`` stays fast)."""
+    if args.command == "devices":
+        from engine.cli.devices import run_devices
 
-            if args.runs < 1:
-                raise ParleyError(f"--runs must be at least 1; got {args.runs}")
-            return run_bench(args, config_from_args(args))
-        if args.command == "history":
-            from engine.cli.history import run_history
+        return run_devices(args.json, config_from_args(args))
+    if args.command == "converse":
+        from engine.cli.converse import run_converse
 
-            return run_history(args)
-        if args.command == "models":
-            from engine.cli.models import run_models
+        return run_converse(args, config_from_args(args))
+    if args.command == "bench":
+        from engine.cli.converse import run_bench
 
-            return run_models(args)
-        if args.command == "serve":
-            from engine.cli.serve import run_serve
+        if args.runs < 1:
+            raise ParleyError(f"--runs must be at least 1; got {args.runs}")
+        return run_bench(args, config_from_args(args))
+    if args.command == "history":
+        from engine.cli.history import run_history
 
-            return run_serve(args, config_from_args(args))
-    except NoSpeechError as exc:
-        print(f"parley-cli: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except ParleyError as exc:
-        print(f"parley-cli: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("parley-cli: interrupted", file=sys.stderr)
-        return 130
-    return 2
+        return run_history(args)
+    if args.command == "models":
+        from engine.cli.models import run_models
 
+        return run_models(args)
+    if args.command == "serve":
+        from engine.cli.serve import run_serve
+
+        return run_serve(args, config_from_args(args))
+    raise ParleyError(f"unknown command {args.command!r}")  # argparse allows only the above
 
 if __name__ == "__main__":
     sys.exit(main())

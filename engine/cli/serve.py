@@ -19,8 +19,10 @@ import sys
 import threading
 import time
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from engine.cli.output import show_choices, show_progress
 from engine.config import EngineConfig
 from engine.errors import ConfigError
 from engine.server import require_aiohttp
@@ -57,10 +59,11 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                        help="client events per second per session (default 200)")
 
 
-def settings_from_args(args: argparse.Namespace, environ: dict | None = None) -> ServerSettings:
+def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
+                       ) -> ServerSettings:
     """ServerSettings from the flags; the API key falls back to PARLEY_API_KEY."""
-    environ = os.environ if environ is None else environ
-    key = args.api_key if args.api_key is not None else environ.get(API_KEY_ENV) or None
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    key = args.api_key if args.api_key is not None else env.get(API_KEY_ENV) or None
     return ServerSettings(host=args.host, port=args.port, num_pipelines=args.num_pipelines,
                           api_key=key, allow_origins=tuple(args.allow_origin),
                           max_message_bytes=args.max_message_bytes, max_buffer_s=args.max_buffer_s,
@@ -80,30 +83,19 @@ def server_config(config: EngineConfig, args: argparse.Namespace, units: int) ->
     return config.with_overrides(overrides)
 
 
-def _progress(stage: str, fraction: float | None, text: str) -> None:
-    pct = "" if fraction is None else f" {fraction * 100:3.0f}%"
-    print(f"[{stage}{pct}] {text}", file=sys.stderr, flush=True)
-
-
 def load_server_engine(config: EngineConfig) -> Engine:
     """Resolve placements (errors before anything loads), show them, load the models once."""
     # Imported here: building the parser (every parley-cli command) imports this module.
     from engine.engine import Engine
-    from engine.recording import uses_bundled_stack
 
     engine = Engine(config)
-    for placement in engine.placements.values():
-        print(f"[{placement.stage}] {placement.describe()}", file=sys.stderr)
-    for note in engine.notes:
-        print(f"note: {note}", file=sys.stderr)
-    if uses_bundled_stack(engine):
-        print("note: using the bundled offline stack", file=sys.stderr)
+    show_choices(engine)
     if engine.mlx_in_use and config.units > 1 and config.turns.live_transcription:
         print(f"note: live transcription is off: {config.units} pipeline units share the MLX "
               "lock, and partial transcripts would hold it while the other units wait",
               file=sys.stderr)
     started = time.perf_counter()
-    engine.load(_progress)
+    engine.load(show_progress)
     print(f"models ready in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     return engine
 

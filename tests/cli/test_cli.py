@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.helpers import normalize, run_cli
+from tests.support.cli import run_cli
+from tests.support.transcripts import normalize
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,9 @@ from engine.pipeline.events import EngineError, FinalTranscript
 from engine.runtime.hub import HubStatus
 from engine.pipeline.metrics import Figure
 from engine.runtime.model_registry import ModelRegistry
-from tests.fixtures_sources import Quiet
-from tests.helpers import normalize, speech_with_gap
+from tests.support.audio import speech_with_gap
+from tests.support.sources import Quiet
+from tests.support.transcripts import normalize
 
 pytestmark = pytest.mark.slow
 FAST = {"turns.barge_in": "off"}  # no barge-in: fast input would interrupt every reply

@@ -11,8 +11,9 @@
 - A sound device that is lost: capture or playback stops cleanly, is reported, resumes
   when the device is back; the pipeline answers turns meanwhile.
 
-Faults are injected by ``tests.fixtures_faults``: wrappers around really loaded models, a
-registry whose loader fails, a stand-in for the sounddevice module.
+Faults are injected by ``tests.support.faults`` and ``tests.support.fake_sound``: wrappers
+around really loaded models, a registry whose loader fails, a stand-in for the sounddevice
+module.
 """
 
 from __future__ import annotations
@@ -44,19 +45,13 @@ from engine.pipeline.metrics import Metrics
 from engine.runtime.model_registry import ModelRegistry
 from engine.report import turn_dict
 from engine.pipeline.stage import SourceStage, Stage, StageContext
-
-try:
-    from fixtures_faults import (FakeSoundDevice, FaultyLlm, FaultyModel, FaultyRegistry, FaultyVad,
-                                 ctranslate2_oom, cuda_oom, injected, install_fake_sound, onnx_oom,
-                                 parley_threads, wait_for)
-    from fixtures_gui import gui_settings, panel_devices  # fixture
-    from helpers import normalize, speech_with_gap
-except ImportError:  # tests/ collected as a package
-    from tests.fixtures_faults import (FakeSoundDevice, FaultyLlm, FaultyModel, FaultyRegistry, FaultyVad,
-                                       ctranslate2_oom, cuda_oom, injected, install_fake_sound, onnx_oom,
-                                       parley_threads, wait_for)
-    from tests.fixtures_gui import gui_settings, panel_devices  # noqa: F401 (fixture)
-    from tests.helpers import normalize, speech_with_gap
+from tests.support.audio import speech_with_gap
+from tests.support.fake_sound import FakeSoundDevice, install_fake_sound
+from tests.support.faults import (FaultyLlm, FaultyModel, FaultyRegistry, FaultyVad, ctranslate2_oom,
+                                  cuda_oom, injected, onnx_oom)
+from tests.support.gui import panel_devices
+from tests.support.threads import parley_threads, wait_for
+from tests.support.transcripts import normalize
 
 WAIT_S = 10.0
 # Unpaced input: no barge-in (every reply would be interrupted), no speculation (one
@@ -457,7 +452,7 @@ def test_after_a_failed_load_the_window_offers_another_device(monkeypatch, qtbot
     from PySide6.QtCore import Qt
 
     from app.window.main_window import MainWindow
-    from app.core.worker import JobFailure
+    from app.core.background import Failure, JobKind
 
     window = MainWindow(EngineConfig(), gui_settings, autoload=False)
     qtbot.addWidget(window)
@@ -468,7 +463,7 @@ def test_after_a_failed_load_the_window_offers_another_device(monkeypatch, qtbot
     monkeypatch.setattr(window.controller, "apply", applied.append)
     error = ModelLoadError("llm", "HuggingFaceTB/SmolLM2-360M-Instruct", "transformers", "cuda:1",
                            torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.0 GiB"))
-    window.controller.apply_failed.emit(JobFailure(str(error), error))
+    window.controller.apply_failed.emit(Failure(error, JobKind.LOAD))
     assert window.banner.isVisible() and "could not be loaded on cuda:1" in window.banner.label.text()
     assert window.banner.action.isVisible()
     assert window.banner.action.text() == "Load the llm model on cpu"  # the floor first

