@@ -4,8 +4,9 @@ with presets), and New conversation.
 Every change goes through ``EngineController.apply`` as a runtime setting (``tts.voice``,
 ``tts.speed``, ``llm.system_prompt``), so it applies in place: no model reloads and the
 conversation goes on. The voice list and the preview are engine jobs on the controller's
-Worker; the preview plays on its own sink (``sink_factory``: the configured speaker
-unless a test gives another) in a ``PreviewPlayer`` thread.
+serial lane (``app.assistant.jobs``); the preview plays on its own sink
+(``sink_factory``: the configured speaker unless a test gives another) through a
+``PreviewPlayer``.
 
 Per-user state lives in QSettings under ``ui/``: ``assistant/presets`` (the user's own
 presets, see ``app.assistant.presets``), ``assistant/preset`` (the preset last chosen) and
@@ -22,9 +23,10 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QHBoxLayout, QLabel,
                                QLineEdit, QPlainTextEdit, QPushButton, QSlider, QVBoxLayout, QWidget)
 
+from app.assistant.jobs import list_voices, preview_voice
 from app.assistant.presets import PRESETS, save_user_presets, user_presets
-from app.core.saved_settings import save_config, set_ui_value, ui_value
 from app.assistant.voice_preview import PreviewPlayer, speaker_factory
+from app.core.saved_settings import save_config, set_ui_value, ui_value
 from engine.config import EngineConfig
 from engine.errors import ConfigError
 
@@ -194,8 +196,7 @@ class AssistantPanel(QWidget):
     def refresh_voices(self) -> None:
         """Ask the engine (in the background) for the voices of its TTS model."""
         self.voice_note.setText("Loading the voices…")
-        self.controller.list_voices(self._show_voices,
-                                    lambda text: self.voice_note.setText(text))
+        list_voices(self.controller, self._show_voices, lambda text: self.voice_note.setText(text))
 
     def _show_voices(self, voices) -> None:
         current = self.controller.config.tts.voice
@@ -246,8 +247,8 @@ class AssistantPanel(QWidget):
         set_ui_value(self.settings, PREVIEW_TEXT_KEY, text)
         self.preview_button.setEnabled(False)
         self.show_message("Preparing the preview…", "info")
-        self.controller.preview_voice(text, self.voice(), round(self.speed_spin.value(), 2),
-                                      self._preview_ready, self._preview_failed)
+        preview_voice(self.controller, text, self.voice(), round(self.speed_spin.value(), 2),
+                      self._preview_ready, self._preview_failed)
 
     def _preview_ready(self, result) -> None:
         audio, rate = result
@@ -356,10 +357,10 @@ class AssistantPanel(QWidget):
         if "tts" in getattr(_diff, "reload_stages", ()):
             self.refresh_voices()  # a new voice model: its own voices
 
-    def _apply_failed(self, message: str) -> None:
+    def _apply_failed(self, failure) -> None:
         if self._saving:
             self._saving = False
-            self.show_message(message, "error")
+            self.show_message(str(failure), "error")
             self._show_config(self.controller.config)
 
     def _show_config(self, config: EngineConfig) -> None:
@@ -389,27 +390,17 @@ class AssistantPanel(QWidget):
 
 
 def install(window) -> AssistantPanel:
-    """Add the Assistant tab and File > New conversation (Ctrl+N) to ``window``; once.
-
-    Needs ``window.tabs``, ``window._page``, ``window.menus["file"]``,
-    ``window.conversation``, ``window.controller`` and ``window.settings``.
-    """
-    panel = getattr(window, "assistant_panel", None)
+    """Add the Assistant tab and File > New conversation (Ctrl+N) to ``window``; once (a
+    second call returns the first panel). What New conversation clears on screen is the
+    window's to connect: ``conversation_cleared``."""
+    panel = window.findChild(AssistantPanel)
     if panel is not None:
         return panel
     panel = AssistantPanel(window.controller, window.settings)
-    window.assistant_panel = panel
-    window.assistant_page = window._page(panel)
-    window.tabs.addTab(window.assistant_page, "Assistant")
+    window.add_tab("Assistant", panel)
     action = QAction("New conversation", window, shortcut=QKeySequence("Ctrl+N"))
     action.setObjectName("newConversationAction")
     action.setToolTip(panel.new_button.toolTip())
     action.triggered.connect(panel.new_conversation)
-    menu = window.menus["file"]
-    separator = next((a for a in menu.actions() if a.isSeparator()), None)
-    menu.insertAction(separator, action)  # with the conversation's actions, above Quit
-    window.new_conversation_action = action
-    panel.conversation_cleared.connect(window.conversation.clear)
-    # Events of the cut-off reply may arrive after the first clear: clear again once done.
-    window.controller.conversation_reset.connect(window.conversation.clear)
+    window.add_file_action(action)  # with the conversation's actions, above Quit
     return panel

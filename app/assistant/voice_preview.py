@@ -1,75 +1,83 @@
-"""Voice preview playback: preview audio on a sink of its own, off the GUI thread.
+"""Voice preview playback: a sound played on a sink of its own, off the GUI thread.
 
-The preview never goes through the pipeline: it opens its own sink (by default a
-``SpeakerSink`` on the configured speaker; tests give a recording sink) and closes it
-once the audio was heard or the preview was cut off.
+The voice preview (and the thinking chime, whose player the window hands over) never
+goes through the pipeline: each sound opens its own sink (by default a ``SpeakerSink`` on
+the configured speaker; tests give a recording sink) and closes it once the audio was
+heard or the sound was cut off. Playback runs on a latest-wins lane (``app.core.background``): a new
+sound cuts off the one playing.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 
 import numpy as np
+from PySide6.QtCore import QObject
+
+from app.core.background import Command, JobKind, LatestLane, Outcome, Task
 
 log = logging.getLogger("parley.app.preview")
 
 PREVIEW_TURN = -1  # the sink's turn id for preview audio (never a real turn's)
 
 
-class PreviewPlayer:
-    """Plays preview audio on a sink of its own, in a background thread: open, play,
-    wait until heard, close. A new preview stops the one playing; ``stop`` joins."""
+class _Playback(Command):
+    """Open a sink, play ``audio``, wait until it was heard (or cut off), close the sink."""
 
-    def __init__(self, sink_factory: Callable[[], object],
+    what = JobKind.PLAY
+
+    def __init__(self, sink_factory: Callable[[], object], audio: np.ndarray, rate: int,
                  failed: Callable[[str], None]) -> None:
-        self.sink_factory = sink_factory
-        self._failed = failed
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
+        self.sink_factory, self.audio, self.rate, self.failed = sink_factory, audio, rate, failed
 
-    @property
-    def playing(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def play(self, audio: np.ndarray, rate: int) -> None:
-        """Play ``audio`` (float32 mono at ``rate``), cutting off any preview playing."""
-        self.stop()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(audio, rate, self._stop),
-                                        name="parley-voice-preview", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 2.0) -> bool:
-        """Cut off the preview and join its thread; True if it ended."""
-        self._stop.set()
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join(timeout)
-            return not thread.is_alive()
-        return True
-
-    def _run(self, audio: np.ndarray, rate: int, stop: threading.Event) -> None:
+    def work(self, task: Task) -> None:
         sink = None
         try:
             sink = self.sink_factory()
             sink.open()
-            sink.play(audio, rate, PREVIEW_TURN)
-            waited, limit = 0.0, audio.size / rate + 2.0  # never past the audio and a margin
-            while not stop.is_set() and not sink.wait_idle(0.1) and waited < limit:
+            sink.play(self.audio, self.rate, PREVIEW_TURN)
+            waited, limit = 0.0, self.audio.size / self.rate + 2.0  # never past the audio and a margin
+            while not task.cancelled and not sink.wait_idle(0.1) and waited < limit:
                 waited += 0.1
-            if stop.is_set():
+            if task.cancelled:
                 sink.flush()
-        except Exception as exc:  # a missing speaker is reported, not raised (logged)
-            log.warning("voice preview could not play", exc_info=True)
-            self._failed(f"The preview could not play: {exc}")
         finally:
             if sink is not None:
                 try:
                     sink.close()
                 except Exception:  # closing a broken device must not hide the report (logged)
                     log.exception("closing the preview sink")
+
+    def commit(self, outcome: Outcome) -> None:
+        if outcome.failure is not None:  # a missing speaker is reported, not raised (logged)
+            self.failed(f"The preview could not play: {outcome.failure.error}")
+
+
+class PreviewPlayer:
+    """Plays preview audio on a sink of its own, in the background: open, play, wait until
+    heard, close. A new preview cuts off the one playing; ``stop`` joins. ``failed(text)``
+    is called on the GUI thread when a sound could not play."""
+
+    def __init__(self, sink_factory: Callable[[], object], failed: Callable[[str], None],
+                 parent: QObject | None = None) -> None:
+        self.sink_factory = sink_factory
+        self._failed = failed
+        self._lane = LatestLane(parent, "parley-voice-preview")
+
+    @property
+    def playing(self) -> bool:
+        """True while a sound plays (or waits to)."""
+        return self._lane.running
+
+    def play(self, audio: np.ndarray, rate: int) -> None:
+        """Play ``audio`` (float32 mono at ``rate``), cutting off any sound playing."""
+        self._lane.submit(_Playback(self.sink_factory, audio, rate, self._failed))
+
+    def stop(self, timeout: float = 2.0) -> bool:
+        """Cut off the sound and join its thread; True if it ended."""
+        self._lane.drop()
+        return self._lane.join(timeout)
 
 
 def speaker_factory(controller) -> Callable[[], object]:

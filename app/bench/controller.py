@@ -2,8 +2,9 @@
 
 A run resolves the layouts, decodes the input, loads each layout's engine (one
 ModelRegistry for the run, so layouts placed alike share their models), warms each up and
-runs the interleaved rounds, all on this controller's own Worker, never on the GUI thread
-and never queued behind the desktop engine's jobs. Progress (one step per load and per
+runs the interleaved rounds, all on this controller's own serial lane
+(``app.core.background``), never on the GUI thread and never queued behind the desktop
+engine's commands. Progress (one step per load and per
 run) and the finished document come back as queued signals. Cancel asks ``run_layouts``
 to stop before its next load or run; the job then closes what it loaded and ends.
 """
@@ -16,7 +17,7 @@ from types import SimpleNamespace
 
 from PySide6.QtCore import QObject, Signal
 
-from app.core.worker import JobKind, Worker
+from app.core.background import Failure, Job, JobKind, SerialLane, Task
 from engine.bench.layouts import Layout
 from engine.config import EngineConfig
 
@@ -39,7 +40,7 @@ class BenchController(QObject):
         super().__init__(parent)
         self._config = config
         self._blocked = blocked
-        self.worker = Worker(self)
+        self.worker = SerialLane(self)
         self.running = False
         self.doc: dict | None = None
         self._stop = threading.Event()
@@ -69,17 +70,7 @@ class BenchController(QObject):
             return (f"run {i // (count * len(inputs)) + 1} of {runs}: "
                     f"{layouts[i % count].label}")
 
-        def should_stop() -> bool:  # on the worker thread, before each load and run
-            if stop.is_set():
-                return True
-            step[0] += 1
-            try:
-                self.progress.emit(step[0], steps, describe(step[0]))
-            except RuntimeError:  # the window is gone
-                return True
-            return False
-
-        def job() -> dict:
+        def job(task: Task) -> dict:
             from engine.audio.decode import load_audio
             from engine.bench.lab import run_layouts
             from engine.bench.layouts import resolve_layouts
@@ -90,11 +81,18 @@ class BenchController(QObject):
                 require_one_unit(layout.config)
             audios = [load_audio(path) for path in inputs]
             args = SimpleNamespace(runs=runs, inputs=list(inputs), weights="pretrained")
+
+            def should_stop() -> bool:  # on the lane's thread, before each load and run
+                if stop.is_set():
+                    return True
+                step[0] += 1
+                return not task.report(step[0], steps, describe(step[0]))  # False: the window is gone
+
             return run_layouts(args, resolved, audios, should_stop=should_stop)
 
         self.doc = None
         self._set_running(True)
-        self.worker.submit(JobKind.LOAD, job, self._done, self._failed)
+        self.worker.submit(Job(JobKind.LOAD, job, self._done, self._failed, progress=self.progress.emit))
 
     def cancel(self) -> None:
         """Stop before the next load or run; ``failed(CANCELLED)`` follows once it ended."""
@@ -105,7 +103,8 @@ class BenchController(QObject):
         self._set_running(False)
         self.finished.emit(doc)
 
-    def _failed(self, message: str) -> None:
+    def _failed(self, failure: Failure) -> None:
+        message = failure.message
         self._set_running(False)
         self.failed.emit(CANCELLED if self._stop.is_set() and CANCELLED in message else message)
 
@@ -120,6 +119,6 @@ class BenchController(QObject):
         self._closing = True
         self._stop.set()
         self.worker.shutdown(0)
-        idle = self.worker.wait_current(wait_s)
+        idle = self.worker.wait_idle(wait_s)
         ended = self.worker.join(2.0)
         return [] if idle and ended else ["parley-gui-worker (benchmark)"]

@@ -1,7 +1,8 @@
 """EventBridge: engine events (emitted on stage threads) re-emitted as queued Qt signals.
 
 A listener runs on the stage thread that emitted the event and must return at once, so
-the bridge only emits a signal; Qt queues it to the receivers' (GUI) thread.
+the bridge only emits a signal (``emit_safely``: the bridge may be deleted while an engine
+still stops); Qt queues it to the receivers' (GUI) thread.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Signal
 
+from app.core.background import emit_safely
 from engine.pipeline.events import (EngineError, Event, FinalTranscript, PartialTranscript, ReplyText,
                                     TurnCancelled, TurnFinished, UserSpeaking)
 
@@ -47,27 +49,28 @@ class EventBridge(QObject):
         self._detach.clear()
 
     def on_event(self, event: Event) -> None:
-        """The engine listener: translate ``event`` into a signal. Called on stage threads."""
-        try:
-            self._emit(event)
-        except RuntimeError:
-            # The Qt object was deleted while the engine was still stopping: nobody listens.
-            pass
+        """The engine listener: translate ``event`` into a signal. Called on stage threads;
+        once the bridge is deleted (the engine still stopping) nobody listens."""
+        relay = self._signal_for(event)
+        if relay is not None:
+            emit_safely(*relay)
 
-    def _emit(self, event: Event) -> None:
+    def _signal_for(self, event: Event) -> tuple | None:
+        """The signal for ``event`` and its arguments, or None."""
         if isinstance(event, PartialTranscript):
-            self.partial_transcript.emit(event.unit, event.turn_id, event.stable, event.unstable)
-        elif isinstance(event, ReplyText):
-            self.reply_text.emit(event.unit, event.turn_id, event.text)
-        elif isinstance(event, FinalTranscript):
-            self.final_transcript.emit(event.unit, event.turn_id, event.text)
-        elif isinstance(event, UserSpeaking):
-            self.user_speaking.emit(event.unit, event.turn_id, event.started)
-        elif isinstance(event, TurnCancelled):
-            self.turn_cancelled.emit(event.unit, event.turn_id, event.reason)
-        elif isinstance(event, TurnFinished):
-            self.turn_finished.emit(event.record)
-        elif isinstance(event, EngineError):
-            self.engine_error.emit(event.stage, event.message)
+            return self.partial_transcript, event.unit, event.turn_id, event.stable, event.unstable
+        if isinstance(event, ReplyText):
+            return self.reply_text, event.unit, event.turn_id, event.text
+        if isinstance(event, FinalTranscript):
+            return self.final_transcript, event.unit, event.turn_id, event.text
+        if isinstance(event, UserSpeaking):
+            return self.user_speaking, event.unit, event.turn_id, event.started
+        if isinstance(event, TurnCancelled):
+            return self.turn_cancelled, event.unit, event.turn_id, event.reason
+        if isinstance(event, TurnFinished):
+            return self.turn_finished, event.record
+        if isinstance(event, EngineError):
+            return self.engine_error, event.stage, event.message
         # LoadProgress is not re-emitted: the controller reports loading itself, through
         # the progress callback of Engine.load and Engine.apply.
+        return None

@@ -2,10 +2,10 @@
 
 ``Engine.snapshot()`` samples memory (psutil, torch.cuda) and copies the turn records; at
 10 Hz that is too much for the GUI thread, whose event loop must never wait. The poller
-takes a snapshot about every ``interval_s`` on a background thread and keeps only the
-latest in a slot; the window's 10 Hz timer reads that slot, which costs one lock held for
-a pointer copy. Snapshots are immutable (frozen dataclasses of tuples), so the GUI draws
-them as they are.
+(a ``PollingLane``, ``app.core.polling``) takes a snapshot about every
+``interval_s`` on a background thread and keeps only the latest in a slot; the window's
+10 Hz timer reads that slot, which costs one lock held for a pointer copy. Snapshots are
+immutable (frozen dataclasses of tuples), so the GUI draws them as they are.
 
 The GUI thread is the only one that says which engine is watched (``watch``); a
 snapshot of an engine that is no longer watched is thrown away, so after a new engine
@@ -14,110 +14,12 @@ the window never draws the old one's figures.
 
 from __future__ import annotations
 
-import logging
-import threading
-from collections.abc import Callable
-from typing import Any
-
-log = logging.getLogger("parley.app.snapshots")
+from app.core.polling import PollingLane
 
 POLL_S = 0.1  # 10 Hz, the window's redraw rate
 
 
-class LatestPoller:
-    """A background thread that keeps the latest ``read(source)`` of one watched source.
-
-    It starts with the first source watched and sleeps while none is; a reading of a
-    source that is no longer watched is thrown away. ``read`` returns None for "nothing
-    new"; a reading with a ``t`` older than the one kept does not replace it.
-    """
-
-    def __init__(self, read: Callable[[Any], Any], what: str, interval_s: float = POLL_S,
-                 name: str = "parley-snapshots") -> None:
-        self.interval_s = interval_s
-        self.name = name
-        self._read = read
-        self._what = what  # for the log line of a failed reading
-        self._lock = threading.Lock()
-        self._source: Any = None
-        self._epoch = 0  # bumped per watched source: later readings of an older one are dropped
-        self._latest: Any = None
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.readings = 0
-
-    @property
-    def running(self) -> bool:
-        """True while the polling thread is alive."""
-        return self._thread is not None and self._thread.is_alive()
-
-    def watch(self, source: Any, first: Any = None) -> None:
-        """Poll ``source`` from now on (None: nothing). ``first`` is a reading of it
-        already taken (off the GUI thread), shown until the thread's first one arrives.
-
-        The thread starts with the first source, so a window without one has none.
-        """
-        with self._lock:
-            self._source = source
-            self._epoch += 1
-            self._latest = first if source is not None else None
-        if source is not None and self._thread is None and not self._stopping.is_set():
-            self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-            self._thread.start()
-        self._wake.set()
-
-    def offer(self, reading: Any) -> None:
-        """A reading of the watched source taken elsewhere (the worker, right after an
-        Apply): kept unless the thread already has a newer one."""
-        if reading is None:
-            return
-        with self._lock:
-            if self._source is not None and self._newer(reading):
-                self._latest = reading
-
-    def latest(self) -> Any:
-        """The newest reading of the watched source, or None. Never blocks on the source."""
-        with self._lock:
-            return self._latest
-
-    def stop(self, timeout: float = 2.0) -> bool:
-        """End and join the thread; True if it ended within ``timeout`` (or never ran)."""
-        self._stopping.set()
-        self._wake.set()
-        thread = self._thread
-        if thread is None:
-            return True
-        thread.join(timeout)
-        return not thread.is_alive()
-
-    def _newer(self, reading: Any) -> bool:
-        return self._latest is None or reading.t >= self._latest.t
-
-    def _run(self) -> None:
-        failed_epoch = -1
-        while not self._stopping.is_set():
-            with self._lock:
-                source, epoch = self._source, self._epoch
-            if source is not None:
-                try:
-                    reading = self._read(source)
-                except Exception:  # logged: a failed poll must not end the polling
-                    if failed_epoch != epoch:  # once per source, not ten times a second
-                        log.exception("%s failed", self._what)
-                        failed_epoch = epoch
-                    reading = None
-                if reading is not None:
-                    self.readings += 1
-                    with self._lock:
-                        if epoch == self._epoch and self._newer(reading):
-                            self._latest = reading
-            # Nothing watched: sleep until a source is (or the poller stops).
-            self._wake.wait(self.interval_s if source is not None else None)
-            self._wake.clear()
-
-
-class SnapshotPoller(LatestPoller):
+class SnapshotPoller(PollingLane):
     """The latest ``engine.snapshot()`` of the watched engine, about ten times a second."""
 
     def __init__(self, interval_s: float = POLL_S, name: str = "parley-snapshots") -> None:
@@ -125,4 +27,5 @@ class SnapshotPoller(LatestPoller):
 
     @property
     def snapshots_taken(self) -> int:
+        """How many snapshots the thread took so far."""
         return self.readings

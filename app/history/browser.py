@@ -4,23 +4,24 @@ export and delete.
 Reads the SQLite history the engine writes every finished turn to (``engine.history.store``).
 Listing and showing a conversation is a few milliseconds of SQLite per click, so it runs
 where it is asked for; a search can scan a large full-text index as the user types, so it
-runs on one worker thread and only the newest query's answer is shown. The dialog opens
-its own read connection and, on close, joins the worker before closing the connection.
+runs on a latest-wins lane (``app.core.background``) and only the newest query's answer
+is shown. The dialog opens its own read connection and, on close, joins the lane before
+closing the connection.
 """
 
 from __future__ import annotations
 
 import itertools
-from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QGuiApplication, QTextCursor
 from PySide6.QtWidgets import (QComboBox, QDialog, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QListWidget,
                                QListWidgetItem, QMessageBox, QPushButton, QSplitter, QTextBrowser, QTextEdit,
                                QVBoxLayout, QWidget)
 
+from app.core.background import JobKind, LatestLane
 from engine.errors import ParleyError
 from engine.history.store import ConversationSummary, HistoryStore, SearchHit
 
@@ -44,8 +45,6 @@ class HistoryDialog(QDialog):
     """Conversations newest first (filtered by day), a search box whose hits open their
     conversation with the matching turn highlighted, and Copy, Export, Delete."""
 
-    _searched = Signal(int, object, str)  # generation, hits, error (from the worker thread)
-
     def __init__(self, path: str | Path | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("historyDialog")
@@ -53,10 +52,8 @@ class HistoryDialog(QDialog):
         self.resize(960, 620)
         self.store = HistoryStore(path)
         self.highlighted_turn: int | None = None
-        self._generation = 0
         self._pending_hit: SearchHit | None = None
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="history-search")
-        self._searched.connect(self._on_searched)
+        self._searching = LatestLane(self, "parley-history-search")
         self._timer = QTimer(self, singleShot=True, interval=SEARCH_DELAY_MS)
         self._timer.timeout.connect(self.search_now)
 
@@ -231,32 +228,19 @@ class HistoryDialog(QDialog):
     def search_now(self) -> None:
         """Search the typed words off the GUI thread; an empty box hides the results."""
         self._timer.stop()
-        self._generation += 1
         text = self.search.text().strip()
         if not text:
+            self._searching.drop()  # an older query's answer would show the results again
             self.results.clear()
             self.results.setVisible(False)
             return
-        generation, query = self._generation, search_query(text)
+        query = search_query(text)
+        # Newer typing supersedes this query: its answer is dropped (the lane's rule).
+        self._searching.call(JobKind.SEARCH, lambda: self.store.search(query, limit=100, marks=_MARKS),
+                             lambda hits: self._on_searched(hits, ""),
+                             lambda failure: self._on_searched([], str(failure.error)))
 
-        def job() -> None:
-            try:
-                hits, error = self.store.search(query, limit=100, marks=_MARKS), ""
-            except Exception as exc:  # noqa: BLE001 - shown as the dialog's status line
-                hits, error = [], str(exc)
-            try:
-                self._searched.emit(generation, hits, error)
-            except RuntimeError:
-                pass  # the dialog is gone; nobody is waiting for the answer
-
-        try:
-            self._pool.submit(job)
-        except RuntimeError:
-            pass  # closing: the pool takes no more work
-
-    def _on_searched(self, generation: int, hits: list[SearchHit], error: str) -> None:
-        if generation != self._generation:
-            return  # an older query's answer, overtaken by newer typing
+    def _on_searched(self, hits: list[SearchHit], error: str) -> None:
         self.results.blockSignals(True)
         self.results.clear()
         for hit in hits:
@@ -348,11 +332,10 @@ class HistoryDialog(QDialog):
 
     def wait_search(self) -> None:
         """Block until the searches submitted so far have run (for tests and closing)."""
-        self._pool.submit(lambda: None).result()
+        self._searching.wait_idle(30.0)
 
     def done(self, result: int) -> None:
         self._timer.stop()
-        self._generation += 1  # answers still in flight are dropped
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._searching.shutdown(30.0)  # answers still on their way are dropped
         self.store.close()
         super().done(result)

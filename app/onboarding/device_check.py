@@ -2,8 +2,8 @@
 sample reply, and keep the devices that work.
 
 ``SetupCheckDialog`` runs ``engine.audio.device_check``'s ``MicCheck`` and ``SpeakerCheck`` on
-the loaded engine's models, each on a thread the dialog owns (joined when it closes);
-results come back through queued signals, and the level meter is redrawn by a timer,
+the loaded engine's models, each on a lane the dialog owns (``app.core.background``,
+joined when it closes); results come back on the GUI thread, and the level meter is redrawn by a timer,
 never per audio block. "Use these devices" switches the devices through the controller's
 transactional ``switch_audio`` and, once that worked, saves them and ``ui/first_run_done``.
 
@@ -17,14 +17,15 @@ import os
 import threading
 from collections.abc import Callable
 
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import (QComboBox, QDialog, QGridLayout, QGroupBox, QHBoxLayout, QLabel, QPushButton,
                                QVBoxLayout, QWidget)
 
-from app.performance.meters import LevelMeter
+from app.core.audio_devices import fill_audio_combo
+from app.core.background import Job, JobKind, SerialLane, Task
 from app.core.saved_settings import key_for, set_ui_value, to_text, ui_value
-from app.settings.panel import fill_audio_combo
+from app.core.widgets import LevelMeter
 from engine.audio.base import AudioSink, AudioSource
 from engine.audio.device_check import (FLOOR_DBFS, MIC_STAGES, SPEAKER_STAGES, MicCheck, MicResult,
                                        SpeakerCheck, SpeakerResult, missing_models)
@@ -49,8 +50,6 @@ class SetupCheckDialog(QDialog):
     passes a recording instead of the microphone.
     """
 
-    _done = Signal(str, object)  # kind, MicResult or SpeakerResult, from the check's thread
-
     def __init__(self, controller, settings, parent: QWidget | None = None, *, inputs=None,
                  outputs=None, source_factory: SourceFactory | None = None,
                  sink_factory: SinkFactory | None = None) -> None:
@@ -63,8 +62,8 @@ class SetupCheckDialog(QDialog):
         self.mic_result: MicResult | None = None
         self.speaker_result: SpeakerResult | None = None
         self.meter_peak_db = FLOOR_DBFS  # the highest level the meter showed (for tests too)
-        self._threads: dict[str, threading.Thread] = {}
-        self._cancel: dict[str, threading.Event] = {}
+        self._lanes = {kind: SerialLane(self, f"parley-setup-{what}") for kind, what in _KINDS.items()}
+        self._tasks: dict[str, Task] = {}  # kind -> the test running
         self._waiting: set[str] = set()  # tests asked for before the models were loaded
         self._switching: dict[str, str] = {}  # kind -> device being switched to
         self._checks: dict[str, MicCheck | SpeakerCheck] = {}  # running, read by the timer
@@ -73,7 +72,6 @@ class SetupCheckDialog(QDialog):
         self._timer = QTimer(self)
         self._timer.setInterval(METER_MS)
         self._timer.timeout.connect(self._tick)
-        self._done.connect(self._finished, Qt.ConnectionType.QueuedConnection)
         controller.audio_devices_found.connect(self.set_audio_devices)
         controller.audio_switched.connect(self._switched)
         controller.audio_switch_failed.connect(self._switch_failed)
@@ -158,7 +156,7 @@ class SetupCheckDialog(QDialog):
             self.models_note.setVisible(False)
             for kind in sorted(self._waiting):  # "input" first; one test runs at a time
                 self._waiting.discard(kind)
-                if self._threads:
+                if self._tasks:
                     self._result_line(kind).setText("")
                 else:
                     self._start(kind)
@@ -175,8 +173,8 @@ class SetupCheckDialog(QDialog):
 
     # ------------------------------------------------------------------ the checks
     def _toggle(self, kind: str) -> None:
-        if kind in self._threads:
-            self._cancel[kind].set()  # the button says "Stop" while a test runs
+        if kind in self._tasks:
+            self._tasks[kind].cancel()  # the button says "Stop" while a test runs
             return
         if kind in self._waiting:
             self._waiting.discard(kind)
@@ -192,7 +190,7 @@ class SetupCheckDialog(QDialog):
         self._start(kind)
 
     def _start(self, kind: str) -> None:
-        if self._closed or self._threads:
+        if self._closed or self._tasks:
             return  # one test at a time: the microphone would hear the sample reply
         models, config, device = self._models(), self.controller.config, self.device(kind)
         if kind == "input":
@@ -204,33 +202,24 @@ class SetupCheckDialog(QDialog):
                 if listening else ""), "info")
         else:
             _show(self.speaker_line, "Preparing the sample reply…", "info")
-        cancel = self._cancel[kind] = threading.Event()
-        thread = threading.Thread(target=self._run, args=(kind, device, models, config, cancel),
-                                  name=f"parley-setup-{_KINDS[kind]}", daemon=True)
-        self._threads[kind] = thread
-        thread.start()
+        test = Job(JobKind.TEST_MICROPHONE if kind == "input" else JobKind.TEST_SPEAKER,
+                   lambda task: self._run(kind, device, models, config, task.stop_event),
+                   lambda result: self._finished(kind, result),
+                   lambda failure: self._finished(kind, _untested(kind, device, failure.error)))
+        self._tasks[kind] = self._lanes[kind].submit(test)
         self._timer.start()
         self._update_buttons()
 
-    def _run(self, kind: str, device: str, models: dict, config, cancel: threading.Event) -> None:
-        """The check's thread: build the device and the check, run it, hand the result over."""
-        try:
-            if kind == "input":
-                check = MicCheck(self.source_factory(device), models["vad"], models["stt"],
-                                 device=device, threshold=config.vad.threshold,
-                                 language=config.stt.language, beam_size=config.stt.beam_size)
-            else:
-                check = SpeakerCheck(self.sink_factory(device), models["tts"], device=device,
-                                     voice=config.tts.voice, speed=config.tts.speed)
-            self._checks[kind] = check
-            result = check.run(cancel)
-        except Exception as exc:  # noqa: BLE001 - shown on the result line, never a traceback
-            what, other = _KINDS[kind], "input" if kind == "input" else "output"
-            message = f"{what} {device!r} could not be tested: {exc}. Pick another {other}"
-            result = (MicResult(device, False, FLOOR_DBFS, "", 0.0, message=message)
-                      if kind == "input" else
-                      SpeakerResult(device, False, 0.0, FLOOR_DBFS, "", message=message))
-        self._done.emit(kind, result)
+    def _run(self, kind: str, device: str, models: dict, config, cancel: threading.Event):
+        """On the test's lane: build the device and the check, run it, return the result."""
+        if kind == "input":
+            check = MicCheck(self.source_factory(device), models["vad"], models["stt"],
+                             config.vad, config.stt, device=device)
+        else:
+            check = SpeakerCheck(self.sink_factory(device), models["tts"], config.tts,
+                                 device=device)
+        self._checks[kind] = check
+        return check.run(cancel)
 
     def _tick(self) -> None:
         """The level and the phase of the running test, drawn at the timer's pace."""
@@ -245,12 +234,10 @@ class SetupCheckDialog(QDialog):
 
     def _finished(self, kind: str, result) -> None:
         self._tick()  # the last level, for a test shorter than one tick
-        thread = self._threads.pop(kind, None)
-        self._cancel.pop(kind, None)
+        self._tasks.pop(kind, None)
         self._checks.pop(kind, None)
-        if thread is not None:
-            thread.join(JOIN_S)  # it emitted its result: it is ending now
-        if not self._threads:
+        self._lanes[kind].join(JOIN_S)  # it handed its result over: it is ending now
+        if not self._tasks:
             self._timer.stop()
         self._update_buttons()
         level = "ok" if result.ok else "info" if result.cancelled else "error"
@@ -269,13 +256,13 @@ class SetupCheckDialog(QDialog):
         _show(self._result_line(kind), text, level)
 
     def _update_buttons(self) -> None:
-        busy = bool(self._threads) or bool(self._switching)
+        busy = bool(self._tasks) or bool(self._switching)
         for kind, button, idle in (("input", self.mic_button, "Test microphone"),
                                    ("output", self.speaker_button, "Play sample reply")):
-            running = kind in self._threads
+            running = kind in self._tasks
             waiting = kind in self._waiting
             button.setText("Stop" if running else "Stop waiting" if waiting else idle)
-            button.setEnabled(not self._switching and (running or waiting or not self._threads))
+            button.setEnabled(not self._switching and (running or waiting or not self._tasks))
         self.input_combo.setEnabled(not busy)
         self.output_combo.setEnabled(not busy)
         self.use_button.setEnabled(not busy)
@@ -330,14 +317,9 @@ class SetupCheckDialog(QDialog):
         self._closed = True
         self._waiting.clear()
         self._timer.stop()
-        for cancel in self._cancel.values():
-            cancel.set()
-        stuck = []
-        for thread in self._threads.values():
-            thread.join(JOIN_S)
-            if thread.is_alive():
-                stuck.append(thread.name)
-        return stuck
+        for task in self._tasks.values():
+            task.cancel()
+        return [lane.name for lane in self._lanes.values() if not lane.shutdown(JOIN_S)]
 
     def done(self, result: int) -> None:
         """Closing by any way stops the tests first; the check counts as offered."""
@@ -351,6 +333,16 @@ class SetupCheckDialog(QDialog):
         from engine.audio.mic import MicSource
 
         return MicSource(device, self.controller.config.audio.capture_buffer_s)
+
+
+def _untested(kind: str, device: str, error: BaseException) -> MicResult | SpeakerResult:
+    """The result of a test that could not run (the device did not open...): shown on
+    the result line, never as a traceback."""
+    what, other = _KINDS[kind], "input" if kind == "input" else "output"
+    message = f"{what} {device!r} could not be tested: {error}. Pick another {other}"
+    if kind == "input":
+        return MicResult(device, False, FLOOR_DBFS, "", 0.0, message=message)
+    return SpeakerResult(device, False, 0.0, FLOOR_DBFS, "", message=message)
 
 
 def _speaker_sink(device: str) -> AudioSink:

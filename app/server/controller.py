@@ -6,10 +6,11 @@ engine already holds is shared (``registry.load_count()`` does not move), and on
 is missing loads. The desktop conversation keeps running beside it.
 
 Building and loading that engine, starting the server (``ServerThread.start``) and
-stopping it all run on this controller's own Worker, never on the GUI thread, and never
-queued behind (or ahead of) the desktop engine's jobs; results come back as queued
-signals. ``pool_status()`` (the server's ``GET /v1/pool``) is read by a PoolPoller on a
-background thread; ``latest()`` hands the GUI its newest copy without calling the server.
+stopping it all run on this controller's own serial lane (``app.core.background``), never
+on the GUI thread, and never queued behind (or ahead of) the desktop engine's commands;
+results come back as queued signals. ``pool_status()`` (the server's ``GET /v1/pool``) is
+read by a PoolPoller (a polling lane); ``latest()`` hands the GUI its newest copy without
+calling the server.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from app.core.snapshots import LatestPoller
-from app.core.worker import JobKind, Worker
+from app.core.background import Failure, Job, JobKind, SerialLane, Task
+from app.core.polling import PollingLane
 from engine.config import EngineConfig
 from engine.errors import ParleyError
 from engine.runtime.model_registry import ModelRegistry
@@ -71,7 +72,7 @@ class PoolView:
 
 class _Serving:
     """What one start built: filled by the start job, read on the GUI thread only after
-    that job has returned (its ``done``, or ``shutdown`` after ``wait_current``)."""
+    that job has returned (its ``done``, or ``shutdown`` after ``wait_idle``)."""
 
     def __init__(self, request: ServeRequest) -> None:
         self.request = request
@@ -133,7 +134,7 @@ def check_port_free(host: str, port: int) -> None:
                                   f"{exc.strerror or exc}") from None
 
 
-class PoolPoller(LatestPoller):
+class PoolPoller(PollingLane):
     """The latest ``server.pool_status()`` of the server being served, on its own thread;
     it starts with the first server watched and sleeps while none is."""
 
@@ -162,7 +163,7 @@ class ServerController(QObject):
         super().__init__(parent)
         self._config = config
         self.registry = registry
-        self.worker = Worker(self)
+        self.worker = SerialLane(self)
         self.poller = PoolPoller()
         self.state = ServerState.STOPPED
         self.url: str | None = None
@@ -185,7 +186,7 @@ class ServerController(QObject):
         registry = self.registry
         self._set_state(ServerState.STARTING)
 
-        def job() -> _Serving:
+        def job(task: Task) -> _Serving:
             from engine.engine import Engine
             from engine.server.runner import ServerThread
 
@@ -193,7 +194,7 @@ class ServerController(QObject):
             try:
                 serving.loads_before = registry.load_count()
                 serving.engine = Engine(config, registry=registry)
-                serving.engine.load(self._progress)
+                serving.engine.load(task.report)
                 serving.loads_after = registry.load_count()
                 server = ServerThread(serving.engine, settings, FIRST_UNIT)
                 try:
@@ -207,13 +208,13 @@ class ServerController(QObject):
                 raise
             return serving
 
-        def failed(message: str) -> None:
+        def failed(failure: Failure) -> None:
             if serving is self._serving:
                 self._serving = None
             self._set_state(ServerState.STOPPED)
-            self.start_failed.emit(message)
+            self.start_failed.emit(failure.message)
 
-        self.worker.submit(JobKind.LOAD, job, self._started, failed)
+        self.worker.submit(Job(JobKind.LOAD, job, self._started, failed, progress=self.progress.emit))
 
     def _started(self, serving: _Serving) -> None:
         if self._closing or serving is not self._serving:
@@ -239,19 +240,13 @@ class ServerController(QObject):
             self._set_state(ServerState.STOPPED)
             self.stopped.emit(stuck)
 
-        def failed(message: str) -> None:
+        def failed(failure: Failure) -> None:
             self._serving = None
             self.url = None
             self._set_state(ServerState.STOPPED)
-            self.stopped.emit([message])
+            self.stopped.emit([failure.message])
 
-        self.worker.submit(JobKind.STOP, serving.close, done, failed)
-
-    def _progress(self, stage: str, fraction: float | None, text: str) -> None:
-        try:  # on the worker thread; queued to the GUI thread
-            self.progress.emit(stage, fraction, text)
-        except RuntimeError:
-            pass
+        self.worker.call(JobKind.STOP, serving.close, done, failed)
 
     # ------------------------------------------------------------------ reading
     def latest(self) -> PoolView | None:
@@ -273,10 +268,10 @@ class ServerController(QObject):
         """
         self._closing = True
         self.worker.shutdown(0)
-        idle = self.worker.wait_current(wait_s)
+        idle = self.worker.wait_idle(wait_s)
         self.worker.join(1.0)
         stuck: list[str] = []
-        if not self.poller.stop(2.0):
+        if not self.poller.shutdown(2.0):
             stuck.append(self.poller.name)
         serving, self._serving = self._serving, None
         if serving is not None and idle:

@@ -1,0 +1,28 @@
+"""pyqtgraph in the current palette's colours, for every plot of the app (the Performance
+tab's graphs, the Benchmark tab's chart): the defaults of plots made from now on, and the
+background and axes of one plot (call it again on a theme switch)."""
+
+from __future__ import annotations
+
+import pyqtgraph as pg
+
+from app.core import theme
+
+
+def _pg_defaults(pal: theme.Palette) -> None:
+    # pyqtgraph's defaults for plots made elsewhere; existing plots restyle themselves.
+    pg.setConfigOptions(antialias=True, background=pal.surface, foreground=pal.muted)
+
+
+_pg_defaults(theme.current())
+theme.notifier().changed.connect(_pg_defaults)
+
+
+def style_plot(w: pg.PlotWidget) -> None:
+    """The current palette's background and axis colours on ``w``."""
+    pal = theme.current()
+    w.setBackground(pal.surface)
+    for name in ("left", "bottom"):
+        axis = w.getPlotItem().getAxis(name)
+        axis.setPen(pal.muted)
+        axis.setTextPen(pal.muted)
