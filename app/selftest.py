@@ -64,13 +64,14 @@ def _show_error(event) -> None:
 
 def _reply_audio(path: Path) -> dict:
     """Length and loudness of the reply the sink wrote (empty when nothing was played)."""
-    import numpy as np
     import soundfile as sf
+
+    from engine.audio.pcm import rms as rms_of
 
     if not path.is_file():
         return {"seconds": 0.0, "rms": 0.0, "sample_rate": None}
     data, rate = sf.read(str(path), dtype="float32", always_2d=False)
-    rms = float(np.sqrt(np.mean(np.square(data)))) if data.size else 0.0
+    rms = rms_of(data)
     return {"seconds": round(data.size / rate, 3), "rms": round(rms, 5), "sample_rate": rate}
 
 
@@ -98,7 +99,7 @@ def _run(config_path: str | None, summary: dict) -> list[str]:
     from engine.audio.decode import load_audio
     from engine.runtime.hub import HubStatus
     from engine.recording import load_engine, run_recording
-    from engine.report import placement_dict, turn_dict
+    from engine.report import turn_dict
 
     from app.core.resources import resource_path
 
@@ -118,9 +119,7 @@ def _run(config_path: str | None, summary: dict) -> list[str]:
     summary["load_s"] = round(time.perf_counter() - started, 3)
     summary["launch_to_ready_s"] = round(time.time() - summary["_launch"], 3)
     try:
-        summary["placements"] = [
-            placement_dict(p, getattr(engine.models.get(s), "actual_device", None))
-            for s, p in engine.placements.items()]
+        summary["placements"] = engine.placement_dicts()
         with tempfile.TemporaryDirectory(prefix="parley-self-test-") as tmp:
             out = Path(tmp) / "reply.wav"
             # run_recording stops the unit, which closes the sink: the file is written.

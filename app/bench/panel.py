@@ -20,11 +20,11 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QComboBox, QFileDialog, QGridLayout, QGroupBox, QHBoxLayout, QLabel,
                                QPushButton, QSpinBox, QVBoxLayout, QWidget)
 
-from app.core import theme
-from app.performance.graphs import style_plot
 from app.bench.controller import CANCELLED, BenchController
+from app.core import theme
+from app.core.plots import style_plot
 from app.core.resources import resource_path
-from app.server.panel import _set_row, _table
+from app.core.widgets import data_table, set_row
 from engine.backends import BackendRegistry
 from engine.bench.layouts import Layout
 from engine.bench.plot import STACK
@@ -151,7 +151,7 @@ class BenchPanel(QWidget):
         outer.addWidget(self.status)
         results = QHBoxLayout()
         left = QVBoxLayout()
-        self.table = _table(RESULT_COLUMNS, "benchResults", "Benchmark results",
+        self.table = data_table(RESULT_COLUMNS, "benchResults", "Benchmark results",
                             len(RESULT_COLUMNS) - 1)
         self.use_button = QPushButton("Use this layout")
         self.use_button.setAccessibleName("Use the fastest layout")
@@ -330,7 +330,7 @@ class BenchPanel(QWidget):
         for i, r in enumerate(rows):
             ratio = r["vs_first"]["ratio"]
             name = r["layout"] + ("  ★ fastest" if r is self.best else "")
-            _set_row(self.table, i, [
+            set_row(self.table, i, [
                 name, _ms(_p50(r, v2v)), _ms(_p50(r, v2v, "p95")),
                 "—" if ratio is None else f"{ratio:.2f}×",
                 _ms(_p50(r, Figure.STT_COMPUTE_S)), _ms(_p50(r, Figure.LLM_FIRST_CHUNK_COMPUTE_S)),

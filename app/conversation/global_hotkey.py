@@ -4,7 +4,7 @@ Where the platform lets an application see keys sent to other windows (X11, Wind
 macOS with the Accessibility permission) a ``pynput`` keyboard listener (the optional
 dependency in the ``gui`` extra, imported only when the option is switched on) watches
 the talk key. Its callbacks run on pynput's own thread: they only emit a signal, which
-Qt queues to the GUI thread, where the window's ``_talk`` runs. The listener thread never
+Qt queues to the GUI thread, where ``TalkKey.hold`` runs. The listener thread never
 touches a widget.
 
 Wayland does not let an application read keys sent to other windows at all; the
@@ -151,15 +151,16 @@ class GlobalHotkey(QObject):
 
 
 class GlobalPushToTalk(QObject):
-    """The header's "works in other apps too" option of ``window``: its checkbox (saved as
-    ``ui/global_ptt``), and the listener, running while the option and push-to-talk are on."""
+    """The header's "works in other apps too" option of the window's ``TalkKey``: its
+    checkbox (saved as ``ui/global_ptt``), and the listener, running while the option and
+    push-to-talk are on."""
 
-    def __init__(self, window, support: Support | None = None) -> None:
-        super().__init__(window)
-        self.window = window
+    def __init__(self, talk_key, support: Support | None = None) -> None:
+        super().__init__(talk_key)
+        self.talk_key = talk_key
         self.support = support or hotkey_support()
-        self.hotkey = GlobalHotkey(window.ptt_key, self)
-        # Queued even when emitted on the GUI thread: _talk always runs from the event loop.
+        self.hotkey = GlobalHotkey(talk_key.key, self)
+        # Queued even when emitted on the GUI thread: hold() always runs from the event loop.
         self.hotkey.talk.connect(self._deliver, Qt.ConnectionType.QueuedConnection)
         check = self.check = QCheckBox("In other apps too")
         check.setObjectName("globalPttCheck")
@@ -168,27 +169,27 @@ class GlobalPushToTalk(QObject):
         check.setToolTip(f"{LABEL}: the talk key is seen while another application has the "
                          f"keyboard. {self.support.reason}" if self.support.available
                          else f"{LABEL}. {self.support.reason}")
-        check.setChecked(self.support.available and ui_value(window.settings, "global_ptt", False))
+        check.setChecked(self.support.available and ui_value(talk_key.settings, "global_ptt", False))
         check.toggled.connect(self._toggled)
-        window.ptt_check.toggled.connect(lambda _on: self.sync())
-        window.panel.ptt_key_changed.connect(self.hotkey.set_key)
+        talk_key.check.toggled.connect(lambda _on: self.sync())
+        talk_key.key_changed.connect(self.hotkey.set_key)
         self.sync()
 
     def _deliver(self, pressed: bool) -> None:
         """The key went down or up in some application (GUI thread). While Parley's window
         is active its own key filter decides (it skips text fields, where a space is
         typed); a release always counts, so the microphone never stays open."""
-        if pressed and self.window.isActiveWindow():
+        if pressed and self.talk_key.window.isActiveWindow():
             return
-        self.window._talk(pressed)
+        self.talk_key.hold(pressed)
 
     def _toggled(self, on: bool) -> None:
-        set_ui_value(self.window.settings, "global_ptt", on)
+        set_ui_value(self.talk_key.settings, "global_ptt", on)
         self.sync()
 
     def sync(self) -> None:
         """Run the listener exactly while push-to-talk and this option are both on."""
-        ptt = self.window.ptt_check.isChecked()
+        ptt = self.talk_key.check.isChecked()
         self.check.setVisible(ptt)
         if ptt and self.check.isChecked() and self.support.available:
             problem = self.hotkey.start()

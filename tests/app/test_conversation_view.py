@@ -9,11 +9,7 @@ import pytest
 from PySide6.QtGui import QTextDocument
 
 from app.conversation.view import ConversationView
-
-try:
-    from fixtures_gui import recorded_metrics
-except ImportError:  # tests/ collected as a package
-    from tests.fixtures_gui import recorded_metrics
+from tests.support.gui import recorded_metrics
 
 
 def shown(html: str) -> str:

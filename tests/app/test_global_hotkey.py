@@ -18,10 +18,6 @@ from app.conversation.global_hotkey import (MACOS_NOTE, NO_DISPLAY_REASON, NO_PY
 from app.window.main_window import MainWindow
 from engine.config import EngineConfig
 
-try:
-    from fixtures_gui import gui_settings  # fixture
-except ImportError:  # tests/ collected as a package
-    from tests.fixtures_gui import gui_settings  # noqa: F401 (fixture)
 
 
 def _keys():
@@ -107,30 +103,30 @@ def window(qtbot, gui_settings):
 
 
 def test_offscreen_the_option_is_disabled_and_says_why(window):
-    check = window.global_ptt.check
+    check = window.talk_key.global_ptt.check
     assert not check.isEnabled()
     assert NO_DISPLAY_REASON in check.toolTip()
     assert check.accessibleName() == global_hotkey.LABEL
     assert check.isHidden()  # only with push-to-talk on
-    window.ptt_check.setChecked(True)
+    window.talk_key.check.setChecked(True)
     assert not check.isHidden()
-    assert not window.global_ptt.hotkey.running
+    assert not window.talk_key.global_ptt.hotkey.running
 
 
 def test_keys_from_the_listener_thread_toggle_talking_on_the_gui_thread(window, qtbot, monkeypatch):
-    window.ptt_check.setChecked(True)
+    window.talk_key.check.setChecked(True)
     talks = []
-    real_talk = window._talk
+    real_talk = window.talk_key.hold
 
     def talk(pressed):  # record where _talk runs
         talks.append((pressed, QThread.currentThread() is QApplication.instance().thread()))
         real_talk(pressed)
 
-    monkeypatch.setattr(window, "_talk", talk)
+    monkeypatch.setattr(window.talk_key, "hold", talk)
     # An option made for a platform that allows it; start() not called (no real listener).
-    option = GlobalPushToTalk(window, Support(True, "test"))
+    option = GlobalPushToTalk(window.talk_key, Support(True, "test"))
     hotkey = option.hotkey
-    hotkey.set_key(window.ptt_key)
+    hotkey.set_key(window.talk_key.key)
     other = QWidget()  # another application's window has the keyboard
     qtbot.addWidget(other)
     other.show()
@@ -139,34 +135,34 @@ def test_keys_from_the_listener_thread_toggle_talking_on_the_gui_thread(window, 
     thread = threading.Thread(target=hotkey.on_press, args=(keyboard.Key.space,))
     thread.start()
     thread.join()
-    qtbot.waitUntil(lambda: window.talk_button.property("talking") is True, timeout=2000)
+    qtbot.waitUntil(lambda: window.talk_key.button.property("talking") is True, timeout=2000)
     hotkey.on_release(keyboard.Key.space)  # even from the GUI thread: queued, not direct
-    assert window.talk_button.property("talking") is True
-    qtbot.waitUntil(lambda: window.talk_button.property("talking") is False, timeout=2000)
+    assert window.talk_key.button.property("talking") is True
+    qtbot.waitUntil(lambda: window.talk_key.button.property("talking") is False, timeout=2000)
     assert talks == [(True, True), (False, True)]
 
 
 def test_the_option_starts_and_stops_the_listener_with_push_to_talk(window, monkeypatch, gui_settings):
     started, stopped = [], []
-    option = GlobalPushToTalk(window, Support(True, "test"))
+    option = GlobalPushToTalk(window.talk_key, Support(True, "test"))
     monkeypatch.setattr(option.hotkey, "start", lambda: started.append(1))
     monkeypatch.setattr(option.hotkey, "stop", lambda: stopped.append(1))
     assert option.check.isEnabled()
-    window.ptt_check.setChecked(True)
+    window.talk_key.check.setChecked(True)
     option.check.setChecked(True)
     assert started and gui_settings.value("ui/global_ptt") in (True, "true")
-    window.ptt_check.setChecked(False)
+    window.talk_key.check.setChecked(False)
     assert stopped
 
 
 def test_while_parley_is_active_its_own_key_filter_decides(window, qtbot):
-    window.ptt_check.setChecked(True)
+    window.talk_key.check.setChecked(True)
     window.activateWindow()
     qtbot.waitUntil(window.isActiveWindow, timeout=5000)
-    option = GlobalPushToTalk(window, Support(True, "test"))
+    option = GlobalPushToTalk(window.talk_key, Support(True, "test"))
     option.hotkey.on_press(keyboard.Key.space)  # e.g. a space typed in a text field
     qtbot.wait(50)
-    assert window.talk_button.property("talking") is not True
-    window._talk(True)
+    assert window.talk_key.button.property("talking") is not True
+    window.talk_key.hold(True)
     option.hotkey.on_release(keyboard.Key.space)  # a release always closes the microphone
-    qtbot.waitUntil(lambda: window.talk_button.property("talking") is False, timeout=2000)
+    qtbot.waitUntil(lambda: window.talk_key.button.property("talking") is False, timeout=2000)

@@ -20,18 +20,13 @@ import numpy as np
 import pytest
 
 from app.window.main_window import MainWindow
-from engine.audio.base import PIPELINE_RATE, AudioBlock
+from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSource
 from engine.audio.decode import load_audio
 from engine.audio.file_sink import FileSink
 from engine.config import STAGES, EngineConfig
 from engine.pipeline.metrics import Figure
-
-try:
-    from fixtures_gui import gui_settings  # fixture
-    from helpers import normalize, speech_with_gap
-except ImportError:  # tests/ collected as a package
-    from tests.fixtures_gui import gui_settings  # noqa: F401 (fixture)
-    from tests.helpers import normalize, speech_with_gap
+from tests.support.audio import speech_with_gap
+from tests.support.transcripts import normalize
 
 OFFLINE = {"stt.backend": "faster-whisper", "llm.backend": "transformers", "tts.backend": "piper",
            "turns.barge_in": "off", "llm.max_new_tokens": 24}
@@ -41,7 +36,7 @@ NEW_PROMPT = "You are Parley. Answer in one short sentence."
 ONE_TWO_THREE = ("one two three", "1 2 3")  # Whisper writes either
 
 
-class GatedSource:
+class GatedSource(AudioSource):
     """16 kHz speech in parts, delivered as fast as it is read; part k > 0 only once
     ``release(k)`` was called. Between parts it stays open and delivers nothing, like a
     microphone in a quiet room. Counts ``open`` and ``close``."""
@@ -222,7 +217,7 @@ def test_runtime_settings_apply_to_the_running_conversation(conversation, qtbot)
     qtbot.waitUntil(lambda: len(snapshot_threads) >= 3, timeout=5_000)
     assert threading.main_thread().name not in snapshot_threads
     assert set(snapshot_threads) <= {c.snapshots.name, "parley-gui-worker"}
-    assert c.snapshot() is not None and window.meters.memory.readings
+    assert c.snapshot() is not None and window.performance.meters.memory.readings
 
     # The recording ended: the pipeline stops and closes each device once.
     qtbot.waitUntil(lambda: c.state == "ready", timeout=60_000)

@@ -20,15 +20,8 @@ from app.assistant.presets import PRESETS
 from app.window.main_window import MainWindow
 from engine.audio.file_sink import FileSink
 from engine.config import STAGES, EngineConfig
-
-try:
-    from fixtures_sources import Quiet
-    from fixtures_gui import gui_settings  # fixture
-    from fixtures_tts import rms
-except ImportError:  # tests/ collected as a package
-    from tests.fixtures_sources import Quiet
-    from tests.fixtures_gui import gui_settings  # noqa: F401 (fixture)
-    from tests.fixtures_tts import rms
+from tests.support.audio import rms
+from tests.support.sources import Quiet
 
 OFFLINE = {"stt.backend": "faster-whisper", "llm.backend": "transformers", "tts.backend": "piper",
            "turns.barge_in": "off", "turns.speculative": "false", "llm.max_new_tokens": 24}
@@ -169,7 +162,7 @@ def test_every_widget_has_an_accessible_name_and_a_tab_stop(qtbot, gui_settings)
     panel = install(window)
     qtbot.addWidget(window)
     window.show()
-    window.tabs.setCurrentWidget(window.assistant_page)
+    window.tabs.setCurrentWidget(window.pages["Assistant"])
     window.activateWindow()
     qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
     widgets = [w for w in panel.findChildren(QWidget)

@@ -18,10 +18,6 @@ from app.window.main_window import MainWindow
 from app.core.theme import load_stylesheet
 from engine.config import EngineConfig
 
-try:
-    from fixtures_gui import gui_settings  # fixture
-except ImportError:  # tests/ collected as a package
-    from tests.fixtures_gui import gui_settings  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 AUDIO = str(ROOT / "resources" / "audio" / "one_two_three_44k.wav")
@@ -47,7 +43,7 @@ def window(qtbot, gui_settings):
     w.resize(1280, 800)
     w.show()
     qtbot.waitUntil(lambda: not w.controller.worker.busy, timeout=120_000)  # device discovery
-    w.tabs.setCurrentWidget(w.bench_page)
+    w.tabs.setCurrentWidget(w.pages["Benchmark"])
     yield w
     w.close()
 
@@ -64,7 +60,7 @@ def _two_cpu_layouts(p) -> None:
 @pytest.mark.slow
 def test_two_layouts_compared_and_the_fastest_used(window, qtbot, tmp_path):
     p, c = window.bench_panel, window.controller
-    assert window.tabs.tabText(window.tabs.indexOf(window.bench_page)) == "Benchmark"
+    assert window.tabs.tabText(window.tabs.indexOf(window.pages["Benchmark"])) == "Benchmark"
     assert p.cancel_button.isEnabled() is False and not p.use_button.isEnabled()
     _two_cpu_layouts(p)
     assert [layout.overrides for layout in p.layouts()] == \

@@ -29,15 +29,9 @@ from engine.audio.file_sink import FileSink
 from engine.audio.file_source import FileSource
 from engine.config import EngineConfig
 from engine.engine import EngineState
-
-try:
-    from fixtures_audio import INPUTS, OUTPUTS
-    from fixtures_gui import StallMeter, gui_settings  # fixture
-    from fixtures_stt import normalize
-except ImportError:  # tests/ collected as a package
-    from tests.fixtures_audio import INPUTS, OUTPUTS
-    from tests.fixtures_gui import StallMeter, gui_settings  # noqa: F401 (fixture)
-    from tests.fixtures_stt import normalize
+from tests.support.gui import StallMeter
+from tests.support.sound_devices import INPUTS, OUTPUTS
+from tests.support.transcripts import normalize_spelled
 
 ROOT = Path(__file__).resolve().parents[2]
 # The GUI thread never runs engine work, so what remains are third-party calls that hold
@@ -103,7 +97,7 @@ def test_conversation_with_real_models_in_the_window(qtbot, gui_settings, jfk_pa
     assert window.stage_status.stack.text() == "Offline stack (bundled models)"
     assert "stt: faster-whisper Whisper tiny.en on cpu" in window.stage_status.text
     assert "bundled offline models" in window.stage_status.stack.toolTip()
-    assert window.models_button.isVisibleTo(window)  # the hub models that would replace them
+    assert window.offers.models_button.isVisibleTo(window)  # the hub models that would replace them
     assert window.listen_button.isEnabled()
 
     # One run of the recording, unpaced, to a file sink.
@@ -122,7 +116,7 @@ def test_conversation_with_real_models_in_the_window(qtbot, gui_settings, jfk_pa
           f"loading {load_stall:.1f} ms max (p99 gap {load_p99:.1f} ms, load {load_s:.1f} s); "
           f"turn {turn_stall:.1f} ms max (p99 gap {turn_p99:.1f} ms, run {run_s:.1f} s)")
 
-    said = normalize(" ".join(user for _t, user, _r in window.conversation.turns()))
+    said = normalize_spelled(" ".join(user for _t, user, _r in window.conversation.turns()))
     assert "ask not what your country can do for you" in said
     replies = [reply for _t, _u, reply in window.conversation.turns() if reply]
     assert replies and len(replies[0].split()) >= 2
@@ -132,12 +126,13 @@ def test_conversation_with_real_models_in_the_window(qtbot, gui_settings, jfk_pa
     # Meters on the conversation tab, graphs on the performance tab.
     shots = screenshots_dir(tmp_path)
     main_png = _shoot(qtbot, window, 0, shots, "main_window.png")
-    cpu = window.meters.memory.readings["cpu"]
+    cpu = window.performance.meters.memory.readings["cpu"]
     assert cpu.used_bytes > 100 * 2**20 and cpu.total_bytes > cpu.used_bytes
     _shoot(qtbot, window, 1, shots, "performance.png")
-    assert window.graphs.latency.numbers, "no bar on the latency graph"
+    assert window.performance.graphs.latency.numbers, "no bar on the latency graph"
     finished = [t for t in c.engine.metrics.turns() if t.voice_to_voice is not None]
-    assert window.graphs.latency.totals_ms[-1] == pytest.approx(finished[-1].voice_to_voice * 1000)
+    graphs = window.performance.graphs
+    assert graphs.latency.totals_ms[-1] == pytest.approx(finished[-1].voice_to_voice * 1000)
     settings_png = _shoot(qtbot, window, 2, shots, "settings_panel.png")
     assert main_png.stat().st_size > 20_000 and settings_png.stat().st_size > 20_000
     window.tabs.setCurrentIndex(0)
@@ -197,7 +192,7 @@ def test_conversation_with_real_models_in_the_window(qtbot, gui_settings, jfk_pa
                   for t in store.conversation(c.id).turns]
     finally:
         store.close()
-    assert any("ask not what your country" in normalize(t) for t in stored), stored
+    assert any("ask not what your country" in normalize_spelled(t) for t in stored), stored
     assert engine.state is EngineState.STOPPED and not engine.models
     assert close_s < 5.0
 

@@ -9,19 +9,7 @@ import pytest
 
 from app.history.browser import HistoryDialog
 from engine.history.store import HistoryStore
-from engine.pipeline.metrics import Figure, Mark, Metrics
-
-
-def _record(turn: int, said: str, reply: str):
-    metrics = Metrics()
-    for mark, t in ((Mark.SPEECH_START, 1.0), (Mark.SPEECH_END, 2.0),
-                    (Mark.AUDIO_OUT_FIRST, 3.1), (Mark.REPLY_DONE, 4.0)):
-        metrics.mark(0, turn, mark, t)
-    metrics.figure(0, turn, Figure.LLM_TOKENS, 7)
-    metrics.set_transcript(0, turn, said)
-    metrics.add_reply(0, turn, reply)
-    metrics.set_finished(0, turn)
-    return metrics.turn(0, turn)
+from tests.support.history import finished_turn
 
 
 @pytest.fixture
@@ -29,9 +17,9 @@ def history(tmp_path):
     path = tmp_path / "history.db"
     store = HistoryStore(path)
     first = store.start_conversation("desktop", [])
-    store.add_turn(first, _record(1, "What is the capital of France?", "Paris."))
+    store.add_turn(first, finished_turn(1, "What is the capital of France?", "Paris."))
     second = store.start_conversation("desktop", [])
-    store.add_turn(second, _record(2, "Use snake_case for names.", "Use **snake_case**."))
+    store.add_turn(second, finished_turn(2, "Use snake_case for names.", "Use **snake_case**."))
     store.close()
     return path
 

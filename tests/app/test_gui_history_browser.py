@@ -14,7 +14,7 @@ from PySide6.QtWidgets import (QAbstractButton, QApplication, QComboBox, QLineEd
 
 from app.history.browser import HistoryDialog, search_query
 from engine.history.store import HistoryStore, utc_iso
-from tests.app.test_gui_history import _record
+from tests.support.history import finished_turn
 
 INTERACTIVE = (QAbstractButton, QLineEdit, QComboBox, QListWidget, QTextBrowser)
 
@@ -25,13 +25,13 @@ def history(tmp_path):
     store = HistoryStore(path)
     old = datetime.now(UTC) - timedelta(days=3)
     first = store.start_conversation("desktop", [], started_at=utc_iso(old))
-    store.add_turn(first, _record(1, "What is the capital of France?", "Paris."),
+    store.add_turn(first, finished_turn(1, "What is the capital of France?", "Paris."),
                    finished_at=utc_iso(old))
-    store.add_turn(first, _record(2, "And of Italy?", "Rome, the eternal city."),
+    store.add_turn(first, finished_turn(2, "And of Italy?", "Rome, the eternal city."),
                    finished_at=utc_iso(old))
-    store.add_turn(first, _record(3, "Thanks.", "You are welcome."), finished_at=utc_iso(old))
+    store.add_turn(first, finished_turn(3, "Thanks.", "You are welcome."), finished_at=utc_iso(old))
     second = store.start_conversation("desktop", [])
-    store.add_turn(second, _record(1, "Use snake_case for names.", "Use **snake_case**."))
+    store.add_turn(second, finished_turn(1, "Use snake_case for names.", "Use **snake_case**."))
     store.close()
     return path
 

@@ -9,6 +9,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (QAbstractButton, QAbstractItemView, QAbstractSpinBox, QApplication, QComboBox,
                                QHeaderView, QLineEdit, QMenuBar, QPlainTextEdit, QSlider, QTabBar, QTextEdit,
                                QWidget)
@@ -17,10 +18,6 @@ from app.core.controller import ControllerMode, ControllerState
 from app.window.main_window import MainWindow
 from engine.config import EngineConfig
 
-try:
-    from fixtures_gui import gui_settings  # fixture
-except ImportError:  # tests/ collected as a package
-    from tests.fixtures_gui import gui_settings  # noqa: F401 (fixture)
 
 # Listed here, not imported from app.window.accessibility: the test states what "interactive" means.
 INTERACTIVE = (QAbstractButton, QComboBox, QLineEdit, QAbstractSpinBox, QPlainTextEdit, QTextEdit,
@@ -85,14 +82,15 @@ def test_settings_editors_are_named_by_their_labels(window):
 def test_tab_order_of_the_header(window, qtbot):
     window.listen_button.setEnabled(True)
     window.interrupt_button.setEnabled(True)
-    window.ptt_check.setChecked(True)
+    window.talk_key.check.setChecked(True)
     window.listen_button.setFocus(Qt.FocusReason.TabFocusReason)
     order = [QApplication.focusWidget()]
     for _ in range(3):
         qtbot.keyClick(QApplication.focusWidget(), Qt.Key.Key_Tab)
         order.append(QApplication.focusWidget())
     # The hidden Stop talking button is skipped; then push-to-talk and its talk button.
-    assert order == [window.listen_button, window.interrupt_button, window.ptt_check, window.talk_button]
+    talk = window.talk_key
+    assert order == [window.listen_button, window.interrupt_button, talk.check, talk.button]
 
 
 def _fake_engine(window):
@@ -131,25 +129,25 @@ def test_escape_interrupts_the_reply(window, qtbot):
 
 
 def test_ctrl_comma_opens_settings_with_focus_in_it(window, qtbot):
-    assert window.tabs.currentWidget() is window.conversation_page
+    assert window.tabs.currentWidget() is window.pages["Conversation"]
     qtbot.keyClick(window, Qt.Key.Key_Comma, Qt.KeyboardModifier.ControlModifier)
-    assert window.tabs.currentWidget() is window.settings_page
-    assert window.settings_action.shortcut().toString() == "Ctrl+,"
+    assert window.tabs.currentWidget() is window.pages["Settings"]
+    assert window.findChild(QAction, "settingsAction").shortcut().toString() == "Ctrl+,"
     focus = QApplication.focusWidget()
     assert focus is not None and window.panel.isAncestorOf(focus)
 
 
 def test_ctrl_number_switches_tabs(window, qtbot):
     qtbot.keyClick(window, Qt.Key.Key_4, Qt.KeyboardModifier.ControlModifier)
-    assert window.tabs.currentWidget() is window.server_page
+    assert window.tabs.currentWidget() is window.pages["Server"]
     qtbot.keyClick(window, Qt.Key.Key_1, Qt.KeyboardModifier.ControlModifier)
-    assert window.tabs.currentWidget() is window.conversation_page
+    assert window.tabs.currentWidget() is window.pages["Conversation"]
 
 
 def test_push_to_talk_key_holds_the_microphone_open(window, qtbot):
-    window.ptt_check.setChecked(True)
+    window.talk_key.check.setChecked(True)
     window.panel.ptt_key.setCurrentText("F9")
     qtbot.keyPress(window.conversation, Qt.Key.Key_F9)
-    assert window.talk_button.property("talking") is True
+    assert window.talk_key.button.property("talking") is True
     qtbot.keyRelease(window.conversation, Qt.Key.Key_F9)
-    assert window.talk_button.property("talking") is False
+    assert window.talk_key.button.property("talking") is False

@@ -15,17 +15,15 @@ import pytest
 from app.core.bridge import EventBridge
 from app.conversation.view import ConversationView
 from app.performance.graphs import SEGMENTS, GraphsPanel, turn_segments
-from app.performance.meters import LevelMeter, MetersPanel
-from app.conversation.ptt import PushToTalkSource
-from app.window.status_line import StageStatus, short_model
+from app.core.widgets import LevelMeter
+from app.performance.meters import MetersPanel
+from app.core.push_to_talk import PushToTalkSource
+from app.core.display import short_model
+from app.window.status_line import StageStatus
 from engine.audio.file_source import FileSource
 from engine.pipeline.events import (EngineError, FinalTranscript, PartialTranscript, ReplyText, TurnCancelled,
                                     TurnFinished, UserSpeaking)
-
-try:
-    from fixtures_gui import recorded_metrics, snapshot_from
-except ImportError:  # tests/ collected as a package
-    from tests.fixtures_gui import recorded_metrics, snapshot_from
+from tests.support.gui import recorded_metrics, snapshot_from
 
 
 def test_meters_show_queues_memory_and_no_mlx_lock(qtbot):
@@ -239,19 +237,19 @@ def test_snapshots_are_taken_off_the_gui_thread_and_the_window_draws_the_latest(
     assert window.controller.snapshot() is None and not poller.running  # no engine, no thread
     first = _SnapshotSource(stt_depth=5)
     poller.watch(first)
-    qtbot.waitUntil(lambda: window.meters.queues.depths.get("stt") == (5, 8), timeout=3000)
+    qtbot.waitUntil(lambda: window.performance.meters.queues.depths.get("stt") == (5, 8), timeout=3000)
     assert first.threads and {t.name for t in first.threads} == {poller.name}
     assert threading.main_thread() not in first.threads
     # Another engine: the first one's snapshots are neither drawn nor taken any more.
     second = _SnapshotSource(stt_depth=1)
     poller.watch(second)
     assert window.controller.snapshot() is None  # until the new engine's first snapshot
-    qtbot.waitUntil(lambda: window.meters.queues.depths.get("stt") == (1, 8), timeout=3000)
+    qtbot.waitUntil(lambda: window.performance.meters.queues.depths.get("stt") == (1, 8), timeout=3000)
     calls = len(first.threads)
     qtbot.wait(300)
     assert len(first.threads) == calls and len(second.threads) >= 2
     # A hidden panel is not drawn: the graphs record the snapshot but draw nothing.
-    assert window.tabs.currentWidget() is window.conversation_page
-    assert window.graphs._dirty and window.graphs.latency.numbers == []
+    assert window.tabs.currentWidget() is window.pages["Conversation"]
+    assert window.performance.graphs._dirty and window.performance.graphs.latency.numbers == []
     window.close()
     assert not poller.running  # joined at close

@@ -17,10 +17,6 @@ from app.main import main
 from app.window.main_window import MainWindow
 from engine.config import EngineConfig
 
-try:
-    from fixtures_gui import gui_settings  # fixture
-except ImportError:  # tests/ collected as a package
-    from tests.fixtures_gui import gui_settings  # noqa: F401 (fixture)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -87,21 +83,21 @@ def test_push_to_talk_key_gates_the_microphone(qtbot, gui_settings):
     window.show()
     window.activateWindow()
     qtbot.waitUntil(window.isActiveWindow, timeout=5000)
-    assert window.talk_button.isHidden()
-    window.ptt_check.setChecked(True)
-    assert window.talk_button.isVisibleTo(window) and window.controller.push_to_talk
+    assert window.talk_key.button.isHidden()
+    window.talk_key.check.setChecked(True)
+    assert window.talk_key.button.isVisibleTo(window) and window.controller.push_to_talk
     qtbot.keyPress(window.conversation, Qt.Key.Key_Space)
-    assert window.talk_button.property("talking") is True
+    assert window.talk_key.button.property("talking") is True
     qtbot.keyRelease(window.conversation, Qt.Key.Key_Space)
-    assert window.talk_button.property("talking") is False
+    assert window.talk_key.button.property("talking") is False
     window.panel.ptt_key.setCurrentText("F8")
     qtbot.keyPress(window.conversation, Qt.Key.Key_F8)
-    assert window.talk_button.property("talking") is True
+    assert window.talk_key.button.property("talking") is True
     qtbot.keyRelease(window.conversation, Qt.Key.Key_F8)
     assert gui_settings.value("ui/ptt_key") == "F8"
-    window.ptt_check.setChecked(False)
+    window.talk_key.check.setChecked(False)
     qtbot.keyPress(window.conversation, Qt.Key.Key_F8)
-    assert window.talk_button.property("talking") is False
+    assert window.talk_key.button.property("talking") is False
     window.close()
 
 
@@ -117,8 +113,8 @@ def test_closing_while_models_load_ends_the_process(tmp_path):
         "app = QApplication(sys.argv[:1])\n"
         "def poll():\n"
         "    for w in QApplication.topLevelWidgets():\n"
-        "        if isinstance(w, MainWindow) and 'llm' in w.load_label.text():\n"
-        "            print('closing during:', w.load_label.text(), flush=True)\n"
+        "        if isinstance(w, MainWindow) and 'llm' in w.load_row.label.text():\n"
+        "            print('closing during:', w.load_row.label.text(), flush=True)\n"
         "            w.close()\n"
         "            return\n"
         "    QTimer.singleShot(20, poll)\n"
@@ -149,32 +145,3 @@ def test_engine_errors_show_in_the_banner(qtbot, gui_settings):
     window.banner.clear()
     assert window.banner.isHidden()
     window.close()
-
-
-def test_the_worker_names_its_job_by_kind_and_answers_on_the_gui_thread(qtbot):
-    import threading
-
-    from app.core.worker import JobKind, Worker
-
-    worker = Worker()
-    started, release = threading.Event(), threading.Event()
-    seen = []
-
-    def job():
-        started.set()
-        release.wait(5)
-        return threading.current_thread().name
-
-    worker.submit(JobKind.START, job,
-                  lambda value: seen.append((value, threading.current_thread() is threading.main_thread())))
-    assert started.wait(5)
-    assert worker.current is JobKind.START and worker.busy
-    release.set()
-    qtbot.waitUntil(lambda: bool(seen), timeout=5000)
-    assert seen == [("parley-gui-worker", True)]  # ran there, answered here
-    assert worker.current is None and not worker.busy
-    failures = []
-    worker.submit(JobKind.LOAD, lambda: 1 / 0, failed=failures.append)
-    qtbot.waitUntil(lambda: bool(failures), timeout=5000)
-    assert failures[0].startswith("unexpected error while loading models: ZeroDivisionError")
-    assert worker.shutdown(2.0)

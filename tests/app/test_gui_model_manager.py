@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QAbstractButton, QMainWindow, QMenu, QTableWidget
 
 from app.onboarding.downloads import DownloadState
 from app.onboarding.model_manager import ModelManagerDialog, install, wanted_downloads
-from tests.runtime.test_model_cache import make_hub_repo
+from tests.support.hub import make_hub_repo
 
 
 @pytest.fixture

@@ -19,13 +19,7 @@ from engine.audio.file_sink import FileSink
 from engine.audio.file_source import FileSource
 from engine.config import EngineConfig
 from engine.history.store import HistoryStore
-
-try:
-    from fixtures_gui import gui_settings
-    from test_gui_history import _record
-except ImportError:  # tests/ collected as a package
-    from tests.fixtures_gui import gui_settings  # noqa: F401 (fixture)
-    from tests.app.test_gui_history import _record
+from tests.support.history import finished_turn
 
 ROOT = Path(__file__).resolve().parents[2]
 OFFLINE = {"stt.backend": "faster-whisper", "llm.backend": "transformers", "tts.backend": "piper",
@@ -60,10 +54,10 @@ def _shoot(qtbot, widget: QWidget, folder: Path, name: str) -> list[Path]:
 def _history(path: Path) -> Path:
     store = HistoryStore(path)
     first = store.start_conversation("desktop", [])
-    store.add_turn(first, _record(1, "What is the capital of France?", "Paris is the capital."))
-    store.add_turn(first, _record(2, "And how many people live there?", "About two million."))
+    store.add_turn(first, finished_turn(1, "What is the capital of France?", "Paris is the capital."))
+    store.add_turn(first, finished_turn(2, "And how many people live there?", "About two million."))
     second = store.start_conversation("desktop", [])
-    store.add_turn(second, _record(3, "Use snake_case for names.", "Use **snake_case** for names."))
+    store.add_turn(second, finished_turn(3, "Use snake_case for names.", "Use **snake_case** for names."))
     store.close()
     return path
 
@@ -84,7 +78,7 @@ def test_the_new_panels_light_and_dark(qtbot, gui_settings, tmp_path, one_two_th
     shots: list[Path] = []
 
     # The Assistant tab: the loaded voice's voices, speed, the prompt presets.
-    window.tabs.setCurrentWidget(window.assistant_page)
+    window.tabs.setCurrentWidget(window.pages["Assistant"])
     qtbot.waitUntil(lambda: window.assistant_panel.voice_combo.count() > 0, timeout=30_000)
     shots += _shoot(qtbot, window, folder, "assistant")
 

@@ -34,10 +34,6 @@ from engine.audio.file_sink import FileSink
 from engine.audio.file_source import FileSource
 from engine.config import STAGES, EngineConfig
 
-try:
-    from fixtures_gui import gui_settings  # fixture
-except ImportError:  # tests/ collected as a package
-    from tests.fixtures_gui import gui_settings  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 OFFLINE = {"stt.backend": "faster-whisper", "llm.backend": "transformers", "tts.backend": "piper",
@@ -184,7 +180,7 @@ def test_the_form_its_defaults_and_its_saved_settings(qtbot, gui_settings):
     w = MainWindow(EngineConfig(), gui_settings, autoload=False)
     qtbot.addWidget(w)
     p = w.server_panel
-    assert w.tabs.tabText(w.tabs.indexOf(w.server_page)) == "Server"
+    assert w.tabs.tabText(w.tabs.indexOf(w.pages["Server"])) == "Server"
     assert (p.host.text(), p.port.value(), p.pipelines.value()) == ("localhost", 9123, 3)
     assert p.request().allow_origins == ("http://localhost:3000", "https://example.org")
     assert (p.pipelines.minimum(), p.pipelines.maximum()) == (1, 16)
@@ -210,8 +206,8 @@ def test_the_form_its_defaults_and_its_saved_settings(qtbot, gui_settings):
 
 
 def test_a_port_in_use_is_an_error_in_the_status_line(window, qtbot):
-    p, server = window.server_panel, window.server
-    window.tabs.setCurrentWidget(window.server_page)
+    p, server = window.server_panel, window.server_panel.server
+    window.tabs.setCurrentWidget(window.pages["Server"])
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
@@ -238,7 +234,7 @@ def test_a_port_in_use_is_an_error_in_the_status_line(window, qtbot):
 
 @pytest.mark.slow
 def test_serving_two_clients_beside_the_desktop_conversation(window, qtbot, tmp_path, jfk_path):
-    c, p, server = window.controller, window.server_panel, window.server
+    c, p, server = window.controller, window.server_panel, window.server_panel.server
     registry = c.registry
 
     # The desktop conversation's engine holds the models first.
@@ -248,7 +244,7 @@ def test_serving_two_clients_beside_the_desktop_conversation(window, qtbot, tmp_
     assert loads == {s: 1 for s in STAGES}
 
     # Start serving two pipelines on a free port, with a key, from the Server tab.
-    window.tabs.setCurrentWidget(window.server_page)
+    window.tabs.setCurrentWidget(window.pages["Server"])
     port = free_port()
     p.port.setValue(port)
     p.pipelines.setValue(2)
@@ -308,7 +304,7 @@ def test_serving_two_clients_beside_the_desktop_conversation(window, qtbot, tmp_
         print(f"\nscreenshot: {path}")
 
         # The desktop conversation keeps working while serving: a recording, answered.
-        window.tabs.setCurrentWidget(window.conversation_page)
+        window.tabs.setCurrentWidget(window.pages["Conversation"])
         trailing = (c.config.vad.min_silence_ms + c.config.turns.reopen_grace_ms) / 1000 + 0.5
         states: list[str] = []
         c.state_changed.connect(states.append)
@@ -321,7 +317,7 @@ def test_serving_two_clients_beside_the_desktop_conversation(window, qtbot, tmp_
         assert {s: registry.load_count(s) for s in STAGES} == loads
 
         # Stop: every client is closed, every unit and the server thread joined.
-        window.tabs.setCurrentWidget(window.server_page)
+        window.tabs.setCurrentWidget(window.pages["Server"])
         p.start_button.click()
         qtbot.waitUntil(lambda: server.state is ServerState.STOPPED, timeout=30_000)
         clients.thread.join(15)

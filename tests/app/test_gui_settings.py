@@ -13,12 +13,8 @@ from app.window.main_window import MainWindow
 from app.core.saved_settings import engine_keys, key_for, load_config, save_config
 from app.settings.panel import SettingsPanel
 from engine.config import STAGES, BargeIn, EngineConfig, config_fields
-try:
-    from fixtures_audio import INPUTS
-    from fixtures_gui import gui_settings, panel_devices  # fixture
-except ImportError:  # tests/ collected as a package
-    from tests.fixtures_audio import INPUTS
-    from tests.fixtures_gui import gui_settings, panel_devices  # noqa: F401 (fixture)
+from tests.support.gui import panel_devices
+from tests.support.sound_devices import INPUTS
 
 
 def combo_items(combo):

@@ -19,17 +19,10 @@ from engine.audio.file_source import FileSource
 from engine.config import EngineConfig
 from engine.errors import ConfigError
 from engine.runtime.model_registry import ModelRegistry
-
-try:
-    from fixtures_faults import install_fake_sound, parley_threads
-    from fixtures_gui import gui_settings  # fixture
-    from fixtures_stt import normalize
-    from test_setup_check import check_models
-except ImportError:  # tests/ collected as a package
-    from tests.fixtures_faults import install_fake_sound, parley_threads
-    from tests.fixtures_gui import gui_settings  # noqa: F401 (fixture)
-    from tests.fixtures_stt import normalize
-    from tests.audio.test_device_check import check_models
+from tests.support.device_check import check_models
+from tests.support.fake_sound import install_fake_sound
+from tests.support.threads import parley_threads
+from tests.support.transcripts import normalize_spelled
 
 WAIT_MS = 30_000
 
@@ -102,7 +95,7 @@ def test_the_recording_is_transcribed_the_reply_played_and_the_devices_saved(
     qtbot.waitUntil(lambda: dialog.mic_result is not None, timeout=WAIT_MS)
     result = dialog.mic_result
     assert result.ok, result.message
-    assert {"one", "two", "three"} <= set(normalize(result.transcript).split())
+    assert {"one", "two", "three"} <= set(normalize_spelled(result.transcript).split())
     assert result.transcript in dialog.transcript.text()
     assert dialog.mic_line.text().startswith("Microphone ") and "works" in dialog.mic_line.text()
     assert dialog.mic_line.property("level") == "ok"

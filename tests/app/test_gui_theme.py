@@ -17,10 +17,6 @@ from app.core import theme
 from app.window.main_window import MainWindow
 from engine.config import EngineConfig
 
-try:
-    from fixtures_gui import gui_settings  # fixture
-except ImportError:  # tests/ collected as a package
-    from tests.fixtures_gui import gui_settings  # noqa: F401 (fixture)
 
 
 @pytest.fixture(autouse=True)
@@ -100,7 +96,7 @@ def test_view_theme_menu_switches_saves_and_repaints(qtbot, gui_settings, monkey
         # Painted widgets read the palette at paint time, pyqtgraph and rich text restyle.
         assert theme.MUTED == theme.DARK.muted
         assert theme.resolve("stage:llm") == theme.DARK.stage_colors["llm"]
-        assert window.graphs.background_color() == theme.DARK.surface
+        assert window.performance.graphs.background_color() == theme.DARK.surface
         window.level.grab()  # paints with the dark track, no error
         # The system scheme changes while "System" is chosen: followed; not while "Light" is.
         actions["system"].trigger()

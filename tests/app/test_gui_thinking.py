@@ -19,11 +19,7 @@ from app.conversation.stop_talking import playing_turn, reply_playing
 from engine.config import EngineConfig
 from engine.pipeline.events import FinalTranscript, ReplyText, TurnCancelled, UserSpeaking
 from engine.pipeline.metrics import Figure, Mark, Metrics
-
-try:
-    from fixtures_gui import gui_settings, snapshot_from  # fixture
-except ImportError:  # tests/ collected as a package
-    from tests.fixtures_gui import gui_settings, snapshot_from  # noqa: F401 (fixture)
+from tests.support.gui import snapshot_from
 
 
 @pytest.fixture
@@ -75,7 +71,7 @@ def test_the_thinking_sound_is_off_by_default_and_chimes_once_switched_on(window
         sinks.append(FileSink(None, realtime=False))
         return sinks[-1]
 
-    sound = window.thinking_sound
+    sound = window.chat.thinking_sound
     sound.player.sink_factory = sink_factory
     assert not sound.enabled and sound.action in window.menus["view"].actions()
     _committed_turn(window, 1)
@@ -163,7 +159,7 @@ def test_reply_playing_reads_the_snapshot():
 
 
 def test_stop_talking_shows_while_a_reply_plays_and_interrupts(window, qtbot, monkeypatch):
-    button = window.stop_talking
+    button = window.chat.stop_talking
     calls = []
     monkeypatch.setattr(window.controller, "interrupt", lambda: calls.append("interrupt"))
     window.controller.mode = ControllerMode.MIC
@@ -186,7 +182,7 @@ def test_stop_talking_shows_while_a_reply_plays_and_interrupts(window, qtbot, mo
 
 
 def test_stop_talking_hides_on_barge_in_and_when_idle(window, qtbot, monkeypatch):
-    button = window.stop_talking
+    button = window.chat.stop_talking
     window.controller.mode = ControllerMode.MIC
     snap = snapshot_from(_speaking_metrics(False, 0.1))
     monkeypatch.setattr(window.controller, "snapshot", lambda: snap)

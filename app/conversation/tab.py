@@ -1,0 +1,66 @@
+"""The Conversation tab and what goes with it in the window: the turns as they happen,
+a place beside them (the live meters), File > Clear conversation, the header's Stop
+talking button and push-to-talk controls, and the thinking chime (View menu)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QSplitter, QWidget
+
+from app.conversation.stop_talking import StopTalkingButton
+from app.conversation.talk_key import TalkKey
+from app.conversation.thinking_sound import ThinkingSound
+from app.conversation.view import ConversationView
+from app.core.controller import ControllerMode
+
+
+class ConversationTab:
+    """The conversation feature of ``window``; ``player`` plays the thinking chime."""
+
+    def __init__(self, window, player) -> None:
+        controller, bridge = window.controller, window.bridge
+        self.view = view = ConversationView()
+        self.split = QSplitter(Qt.Orientation.Horizontal)
+        self.split.setObjectName("conversationSplit")
+        self.split.addWidget(view)
+        self.split.setChildrenCollapsible(False)
+        self.page = window.add_tab("Conversation", self.split)
+        bridge.user_speaking.connect(view.on_user_speaking)
+        bridge.partial_transcript.connect(view.on_partial)
+        bridge.final_transcript.connect(view.on_final)
+        bridge.reply_text.connect(view.on_reply)
+        bridge.turn_cancelled.connect(view.on_cancelled)
+        bridge.turn_finished.connect(view.on_finished)
+        # Shown only while a reply is heard: the way to silence Parley, always in reach.
+        self.stop_talking = StopTalkingButton(lambda: controller.interrupt())
+        window.add_header_widget(self.stop_talking)
+        window.interrupted.connect(self.stop_talking.forget)
+        bridge.turn_cancelled.connect(self.stop_talking.turn_cancelled)
+        window.on_tick(lambda snap: self.stop_talking.update_from(
+            snap, controller.mode is not ControllerMode.IDLE))
+        controller.engine_changed.connect(self._new_engine)
+        # New conversation: events of the cut-off reply may arrive after the first clear.
+        controller.conversation_reset.connect(view.clear)
+        clear = QAction("Clear conversation", window)
+        clear.triggered.connect(view.clear)
+        window.add_file_action(clear)
+        self.talk_key = TalkKey(window)
+        self.thinking_sound = ThinkingSound(window, view, player)
+        window.on_close(self._close)
+
+    def add_beside(self, widget: QWidget) -> None:
+        """Put ``widget`` right of the turns, a quarter of the width (the live meters)."""
+        self.split.addWidget(widget)
+        self.split.setStretchFactor(0, 3)
+        self.split.setStretchFactor(1, 1)
+        self.split.setSizes([840, 380])
+
+    def _close(self) -> list[str]:
+        # A chime playing is cut off; its thread is named if it did not end.
+        return [] if self.thinking_sound.stop() else ["parley-voice-preview"]
+
+    def _new_engine(self, _engine) -> None:
+        # A new engine numbers its turns afresh.
+        self.view.new_engine()
+        self.stop_talking.new_engine()
