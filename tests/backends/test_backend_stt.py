@@ -15,11 +15,7 @@ from engine.backends.base import LoadRequest, SttResult, no_progress
 from engine.config import SttConfig
 from engine.runtime.devices import CPU, Device
 from engine.errors import AudioInputError, ConfigError, DeviceError, ModelError
-
-try:
-    from fixtures_stt import normalize, tiny_whisper_dir  # fixture
-except ImportError:  # tests/ imported as a package
-    from tests.fixtures_stt import normalize, tiny_whisper_dir  # noqa: F401
+from tests.support.transcripts import normalize_spelled
 
 JFK_WORDS = "ask not what your country can do for you"
 
@@ -58,14 +54,14 @@ def test_bundled_model_is_a_ct2_folder():
 def test_jfk_is_transcribed(fw, jfk16k):
     result = fw.transcribe(jfk16k)
     assert isinstance(result, SttResult)
-    assert JFK_WORDS in normalize(result.text), result.text
+    assert JFK_WORDS in normalize_spelled(result.text), result.text
     assert result.audio_seconds == pytest.approx(11.0, abs=0.01)
     assert 0 < result.compute_seconds < 30
 
 
 def test_one_two_three_is_transcribed(fw, one_two_three_path):
     result = fw.transcribe(load_audio(one_two_three_path), language="en")
-    assert "one two three" in normalize(result.text), result.text
+    assert "one two three" in normalize_spelled(result.text), result.text
 
 
 def test_model_really_runs_on_cpu_in_int8(fw):
@@ -90,7 +86,7 @@ def test_concurrent_calls_share_the_model(fw, one_two_three_path):
     for t in threads:
         t.join(timeout=60)
     assert len(results) == 2
-    assert all("one two three" in normalize(r.text) for r in results), results
+    assert all("one two three" in normalize_spelled(r.text) for r in results), results
 
 
 def test_explicit_float32_is_honoured(one_two_three_path):
@@ -100,7 +96,7 @@ def test_explicit_float32_is_honoured(one_two_three_path):
                               no_progress)
     assert stt.compute_type == "float32"
     heard = stt.transcribe(load_audio(one_two_three_path), "en", beam_size=2).text
-    assert "one two three" in normalize(heard)
+    assert "one two three" in normalize_spelled(heard)
 
 
 def test_bad_inputs_are_named(fw):

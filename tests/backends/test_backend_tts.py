@@ -15,14 +15,8 @@ from engine.backends.base import LoadRequest, no_progress
 from engine.config import TtsConfig
 from engine.runtime.devices import CPU, Device
 from engine.errors import ConfigError, DeviceError, MissingDependencyError, ModelError
-try:  # tests/ is on sys.path under plain `pytest`; the checkout root under `python -m pytest`
-    from fixtures_tts import (KOKORO_FRAMES_PER_TOKEN, KOKORO_SAMPLES_PER_FRAME, random_kokoro_dir, rms,
-                              transcribe, whisper_tiny_en)
-except ImportError:
-    from tests.fixtures_tts import (KOKORO_FRAMES_PER_TOKEN, KOKORO_SAMPLES_PER_FRAME, random_kokoro_dir, rms,
-                                    transcribe, whisper_tiny_en)
-
-__all__ = ["random_kokoro_dir", "whisper_tiny_en"]  # fixtures, used by name
+from tests.support.audio import rms
+from tests.support.tts import KOKORO_FRAMES_PER_TOKEN, KOKORO_SAMPLES_PER_FRAME, transcribe
 
 THREE_SENTENCES = "The sun is out. The sky is blue. We should go for a walk."
 

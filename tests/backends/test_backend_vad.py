@@ -14,11 +14,7 @@ from engine.backends.base import LoadRequest, no_progress
 from engine.config import VadConfig
 from engine.runtime.devices import CPU, Device
 from engine.errors import AudioInputError, DeviceError
-
-try:
-    from fixtures_stt import REPO
-except ImportError:  # tests/ imported as a package
-    from tests.fixtures_stt import REPO
+from tests.support.paths import ROOT
 
 FRAME = 512
 FRAME_S = FRAME / 16000
@@ -202,6 +198,6 @@ def test_loading_does_not_import_torch():
             "from engine.runtime.devices import CPU; "
             "m = silero.load(LoadRequest('bundled', CPU, 'auto', None), no_progress); "
             "print(m.actual_device, 'torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, timeout=60, check=True)
     assert out.stdout.split() == ["cpu", "False"]

@@ -17,9 +17,8 @@ from engine.config import STAGES, EngineConfig, LlmConfig, SttConfig
 from engine.runtime.devices import CPU
 from engine.errors import ConfigError, DeviceError, MissingDependencyError, ModelError
 from engine.runtime.mlx_lock import MlxLock
-from fixtures_llm import options
-from fixtures_mlx import (MLX, QUESTION, jfk_16k, mlx_llm, mlx_lock_traced, mlx_stt, parley_cache_dir,  # noqa: F401
-                          smollm2_gguf, tiny_mlx_whisper_dir)
+from tests.support.llm import options
+from tests.support.mlx import MLX, QUESTION
 
 pytestmark = pytest.mark.slow
 

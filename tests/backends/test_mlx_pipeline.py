@@ -12,14 +12,10 @@ from engine.engine import Engine
 from engine.pipeline.events import EngineError
 from engine.runtime.hub import HubStatus
 from engine.runtime.mlx_lock import get_mlx_lock
+from tests.support.mlx import build_tiny_mlx_whisper
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("mlx.core")
-
-try:
-    from fixtures_mlx import build_tiny_mlx_whisper
-except ImportError:  # pragma: no cover - run from the repository root
-    from tests.fixtures_mlx import build_tiny_mlx_whisper
 
 
 @pytest.fixture(scope="module")

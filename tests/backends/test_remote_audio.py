@@ -24,10 +24,10 @@ from engine.errors import DeviceError
 from engine.pipeline.metrics import Figure
 from engine.runtime.model_registry import ModelRegistry
 from engine.recording import load_engine, run_recording
-from fixtures_llm import llm_cache_dir, smollm2_conversion, smollm2_gguf  # noqa: F401 (fixtures)
-from tests.fixtures_remote import FaultProxy, new_threads, thread_names, wait_http
-from tests.fixtures_server import ServeProcess, free_port
-from tests.helpers import normalize
+from tests.support.remote import FaultProxy, wait_http
+from tests.support.server import ServeProcess, free_port
+from tests.support.threads import new_threads, thread_names
+from tests.support.transcripts import normalize
 
 pytestmark = pytest.mark.slow
 

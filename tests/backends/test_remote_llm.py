@@ -28,10 +28,12 @@ from engine.pipeline.metrics import Figure
 from engine.runtime.model_registry import ModelRegistry
 from engine.recording import load_engine, run_recording
 from engine.report import placement_dict, turn_dict
-from fixtures_llm import llm_cache_dir, smollm2_conversion, smollm2_gguf  # noqa: F401 (fixtures)
-from tests.fixtures_remote import FaultProxy, MlxServer, new_threads, thread_names
-from tests.fixtures_server import free_port
-from tests.helpers import normalize, run_cli, speech_with_gap
+from tests.support.audio import speech_with_gap
+from tests.support.cli import run_cli
+from tests.support.remote import FaultProxy, MlxServer
+from tests.support.server import free_port
+from tests.support.threads import new_threads, thread_names
+from tests.support.transcripts import normalize
 
 pytestmark = pytest.mark.slow
 

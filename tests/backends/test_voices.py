@@ -19,15 +19,8 @@ from engine.pipeline.events import TurnFinished
 from engine.runtime.hub import HubStatus
 from engine.pipeline.metrics import Figure
 from engine.runtime.model_registry import ModelRegistry
-
-try:
-    from fixtures_sources import Quiet
-    from fixtures_tts import random_kokoro_dir, rms
-except ImportError:  # tests/ collected as a package
-    from tests.fixtures_sources import Quiet
-    from tests.fixtures_tts import random_kokoro_dir, rms
-
-__all__ = ["random_kokoro_dir"]  # a fixture, used by name
+from tests.support.audio import rms
+from tests.support.sources import Quiet
 
 FAST = {"turns.barge_in": "off", "turns.speculative": "false", "llm.max_new_tokens": "24"}
 

@@ -14,7 +14,8 @@ from engine.config import EngineConfig
 from engine.errors import ConfigError, DeviceError
 from engine.pipeline.metrics import Figure
 from engine.report import BENCH_FIGURES
-from tests.helpers import ROOT, run_cli
+from tests.support.cli import run_cli
+from tests.support.paths import ROOT
 
 AUDIO = str(ROOT / "resources" / "audio" / "one_two_three_44k.wav")
 

@@ -19,7 +19,8 @@ from engine.bench.serve import (ServerProcess, format_report, latency_summary, m
                                 server_args)
 from engine.cli.main import add_config_flags, build_parser, main
 from engine.errors import ConfigError
-from tests.helpers import normalize, run_cli
+from tests.support.cli import run_cli
+from tests.support.transcripts import normalize
 
 
 def _tone(seconds: float, rate: int = CLIENT_RATE, amp: float = 0.5) -> np.ndarray:

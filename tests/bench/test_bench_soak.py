@@ -11,11 +11,8 @@ import pytest
 
 from engine.bench import soak as bench_soak
 from engine.bench.soak import SoakSource, format_report, main
-
-try:
-    from fixtures_faults import FaultyLlm, injected, parley_threads
-except ImportError:  # tests/ collected as a package
-    from tests.fixtures_faults import FaultyLlm, injected, parley_threads
+from tests.support.faults import FaultyLlm, injected
+from tests.support.threads import parley_threads
 
 
 @pytest.mark.parametrize(("argv", "message"), [

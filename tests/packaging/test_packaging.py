@@ -26,10 +26,6 @@ import pytest
 from app.core.resources import ICON_SIZES, app_icon, resource_path
 from engine.errors import ParleyError
 
-try:
-    from fixtures_hub import local_hub  # fixture
-except ImportError:  # tests/ collected as a package
-    from tests.fixtures_hub import local_hub  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 ICONS = ROOT / "resources" / "icons"

@@ -4,31 +4,13 @@ uses what, and removal that refuses a model a loaded stage uses."""
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from engine.runtime.model_cache import (BUNDLED, HUB, PARLEY, ModelCacheError, ModelInUseError, ModelUse,
                                         engine_uses, remove_model, scan_models, uses_of)
-
-REV = "a" * 40  # the same in every fake repo: removing one must not touch another
-
-
-def make_hub_repo(cache: Path, repo_id: str, files: dict[str, int], rev: str = REV) -> Path:
-    """A real hub cache layout: blobs, snapshots/<rev>/<file> -> blob, refs/main."""
-    repo = cache / f"models--{repo_id.replace('/', '--')}"
-    (repo / "blobs").mkdir(parents=True)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(rev)
-    snap = repo / "snapshots" / rev
-    snap.mkdir(parents=True)
-    for i, (name, size) in enumerate(files.items()):
-        blob = repo / "blobs" / f"{i:064x}"
-        blob.write_bytes(b"x" * size)
-        (snap / name).symlink_to(os.path.relpath(blob, snap))
-    return repo
+from tests.support.hub import REV, make_hub_repo
 
 
 @pytest.fixture

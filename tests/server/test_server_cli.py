@@ -16,8 +16,8 @@ from engine.server import require_aiohttp
 from engine.cli.serve import settings_from_args
 from engine.server.runner import ServerThread
 from engine.server.server_settings import ServerSettings
-from tests.fixtures_server import free_port
-from tests.helpers import run_cli
+from tests.support.cli import run_cli
+from tests.support.server import free_port
 
 
 @pytest.mark.parametrize("host", ["127.0.0.2", "0.0.0.0", "::", "192.168.1.10", "example.org"])

@@ -24,8 +24,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from engine.errors import ParleyError
 from engine.server.runner import ServerThread
 from engine.server.server_settings import ServerSettings
-from tests.fixtures_server import (append_event, b64, pcm16_to_float, recv_json, recv_until, text_item)
-from tests.fixtures_server import server_engine  # noqa: F401 (fixture)
+from tests.support.server import (append_event, b64, pcm16_to_float, recv_json, recv_until, text_item)
 
 pytestmark = pytest.mark.slow
 KEY = "sk-parley-test-7f3a9c1e5b"

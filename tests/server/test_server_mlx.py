@@ -13,7 +13,7 @@ from engine.engine import Engine
 from engine.runtime.hub import HubStatus
 from engine.server.runner import ServerThread
 from engine.server.server_settings import ServerSettings
-from tests.fixtures_server import recv_json
+from tests.support.server import recv_json
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("mlx.core")
@@ -21,7 +21,7 @@ pytest.importorskip("mlx.core")
 
 @pytest.fixture(scope="module")
 def mlx_engine(tmp_path_factory):
-    from tests.fixtures_mlx import build_tiny_mlx_whisper
+    from tests.support.mlx import build_tiny_mlx_whisper
 
     whisper = build_tiny_mlx_whisper(tmp_path_factory.mktemp("mlx-whisper"))
     config = EngineConfig().with_overrides({"units": 2, "turns.live_transcription": True,

@@ -18,8 +18,9 @@ from engine.pipeline.metrics import Figure, Mark, TurnRecord
 from engine.server.limits import TokenBucket
 from engine.server.protocol import RealtimeSession
 from engine.server.server_settings import ServerSettings
-from engine.server.stream_audio import StreamSource, float_to_pcm16
-from tests.fixtures_server import text_item
+from engine.audio.pcm import to_pcm16 as float_to_pcm16
+from engine.server.stream_audio import StreamSource
+from tests.support.server import text_item
 
 
 class FakeUnit:

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from engine.audio.decode import load_audio
-from tests.fixtures_server import ServeProcess, free_port, pcm16_to_float, to_pcm16_24k
-from tests.fixtures_tts import transcribe, whisper_tiny_en  # noqa: F401 (fixture)
-from tests.helpers import normalize
+from tests.support.server import ServeProcess, free_port, pcm16_to_float, to_pcm16_24k
+from tests.support.transcripts import normalize
+from tests.support.tts import transcribe
 
 pytestmark = pytest.mark.slow
 CHUNK_S = 0.04

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from engine.audio.base import InputMarker
-from engine.server.stream_audio import StreamSink, StreamSource, float_to_pcm16, pcm16_to_float
+from engine.audio.pcm import from_pcm16 as pcm16_to_float
+from engine.audio.pcm import to_pcm16 as float_to_pcm16
+from engine.server.stream_audio import StreamSink, StreamSource
 
 
 class Clock:

@@ -20,7 +20,7 @@ from engine.runtime.hub import HubStatus
 from engine.pipeline.metrics import Figure, Mark
 from engine.runtime.model_registry import ModelRegistry
 from engine.stages.end_of_turn.board import AudioScorer, TurnEndBoard, TurnScores
-from tests.helpers import normalize
+from tests.support.transcripts import normalize
 
 # ------------------------------------------------------------------ the pieces
 

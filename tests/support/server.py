@@ -1,8 +1,6 @@
 """Helpers for the realtime server's tests: ports, audio as the Realtime API sends it,
-raw WebSocket clients, an offline engine, and ``parley-cli serve`` as a subprocess.
-
-Import what a module needs with ``from tests.fixtures_server import ...``.
-"""
+raw WebSocket clients, and ``parley-cli serve`` as a subprocess. (An offline engine is
+the ``server_engine`` fixture of tests/server/conftest.py.)"""
 
 from __future__ import annotations
 
@@ -15,12 +13,10 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
-import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -71,20 +67,6 @@ async def recv_until(ws, kind: str, timeout: float = 60.0) -> tuple[dict, list[d
             return event, seen
         seen.append(event)
 
-
-@pytest.fixture(scope="module")
-def server_engine():
-    """An engine on the bundled offline stack with room for three units, loaded once per
-    module; closed at the end."""
-    from engine.config import EngineConfig
-    from engine.engine import Engine
-    from engine.runtime.hub import HubStatus
-
-    config = EngineConfig().with_overrides({"units": 3, "turns.live_transcription": True})
-    engine = Engine(config, hub=HubStatus(offline=True))
-    engine.load()
-    yield engine
-    engine.close()
 
 
 class ServeProcess:

@@ -9,7 +9,6 @@ fault-injecting proxy in front of them.
   streamed answer after some events or bytes (optionally killing the server right then:
   a server stopped mid-reply). It counts the requests it saw and the clients that left
   before their answer was complete (a barge-in closing its stream).
-- ``new_threads``: the threads a test started that are still running.
 
 Everything listens on 127.0.0.1 only.
 """
@@ -28,9 +27,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.fixtures_server import free_port
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.server import free_port
 
 
 def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None,
@@ -240,23 +237,3 @@ class FaultProxy:
                 pass
         self._thread.join(15)
         assert not self._thread.is_alive(), "the fault proxy did not stop"
-
-
-#: Library threads that start once per process and stay (tqdm's monitor): not leaks.
-_PROCESS_THREADS = ("tqdm_monitor",)
-
-
-def thread_names() -> set[str]:
-    return {t.name for t in threading.enumerate()
-            if t.is_alive() and not t.name.startswith(_PROCESS_THREADS)}
-
-
-def new_threads(before: set[str], wait_s: float = 5.0) -> set[str]:
-    """The threads running now that were not running at ``before``, after up to ``wait_s``
-    for short-lived ones to end."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        extra = thread_names() - before
-        if not extra or time.monotonic() > deadline:
-            return extra
-        time.sleep(0.05)

@@ -3,20 +3,20 @@
 It serves one model repo from memory with the endpoints huggingface_hub's
 ``snapshot_download`` and ``hf_hub_download`` use (repo info, file tree, HEAD and ranged GET
 of ``resolve/<commit>/<file>``), at a chosen speed, so a download can be watched, timed and
-cancelled midway. Start it with the ``local_hub`` fixture and pass ``local_hub.url`` as the
-``endpoint``.
+cancelled midway. Start it with the ``local_hub`` fixture (tests/packaging/conftest.py) and
+pass ``local_hub.url`` as the ``endpoint``. ``make_hub_repo`` writes a hub cache on disk.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-import pytest
+from pathlib import Path
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -105,15 +105,20 @@ class LocalHub:
         self.server.server_close()
 
 
-@pytest.fixture
-def local_hub(monkeypatch):
-    """A started LocalHub with a small repo (two JSON files and a 24 MB weights file at
-    20 MB/s); the hub client is allowed online for this test only."""
-    from huggingface_hub import constants
 
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    files = {"config.json": b'{"model_type": "llama"}',
-             "tokenizer.json": json.dumps({"version": "1.0"}).encode(),
-             "model.safetensors": bytes(range(256)) * (24 * 4096)}
-    with LocalHub("parley-test/tiny-model", files, bytes_per_s=20e6) as hub:
-        yield hub
+REV = "a" * 40  # the same in every fake repo: removing one must not touch another
+
+
+def make_hub_repo(cache: Path, repo_id: str, files: dict[str, int], rev: str = REV) -> Path:
+    """A real hub cache layout: blobs, snapshots/<rev>/<file> -> blob, refs/main."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(rev)
+    snap = repo / "snapshots" / rev
+    snap.mkdir(parents=True)
+    for i, (name, size) in enumerate(files.items()):
+        blob = repo / "blobs" / f"{i:064x}"
+        blob.write_bytes(b"x" * size)
+        (snap / name).symlink_to(os.path.relpath(blob, snap))
+    return repo

@@ -1,35 +1,14 @@
-"""Shared test helpers for the VAD and STT backends: text normalization and a tiny
-random transformers Whisper built offline. The recordings come from conftest's
-``jfk_path`` and ``one_two_three_path`` fixtures.
-
-Import the fixtures into a test module (``from fixtures_stt import tiny_whisper_dir``);
-pytest then sees them as that module's fixtures.
-"""
+"""A tiny random transformers Whisper built offline, with a real Whisper tokenizer.
+(Built once per session by the ``tiny_whisper_dir`` fixture of tests/backends/conftest.py.)"""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-
-import pytest
-
-REPO = Path(__file__).resolve().parents[1]
 
 # Whisper tiny.en's special tokens, as in its tokenizer.json.
 _SPECIAL = ["<|endoftext|>", "<|startoftranscript|>", "<|en|>", "<|transcribe|>",
             "<|translate|>", "<|startoflm|>", "<|startofprev|>", "<|nocaptions|>",
             "<|notimestamps|>"]
-
-
-_DIGITS = {"0": "zero", "1": "one", "2": "two", "3": "three", "4": "four", "5": "five",
-           "6": "six", "7": "seven", "8": "eight", "9": "nine"}
-
-
-def normalize(text: str) -> str:
-    """Lower case, single digits spelled out, punctuation dropped, spaces collapsed."""
-    text = re.sub(r"\d", lambda m: f" {_DIGITS[m.group()]} ", text.lower())
-    text = re.sub(r"[^a-z' ]+", " ", text)
-    return " ".join(text.split())
 
 
 def _tiny_en_tokenizer_file() -> Path | None:
@@ -98,9 +77,3 @@ def build_tiny_whisper(folder: Path, seed: int = 0) -> Path:
                                  tokenizer=tokenizer)
     processor.save_pretrained(folder)
     return folder
-
-
-@pytest.fixture(scope="session")
-def tiny_whisper_dir(tmp_path_factory) -> Path:
-    """A folder holding a tiny random transformers Whisper (built once per session)."""
-    return build_tiny_whisper(tmp_path_factory.mktemp("tiny-whisper"))
