@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (QComboBox, QFileDialog, QGridLayout, QGroupBox, Q
 
 from app.bench.controller import CANCELLED, BenchController
 from app.core import theme
+from app.core.compute_devices import add_device_items
 from app.core.plots import style_plot
 from app.core.resources import resource_path
 from app.core.widgets import data_table, set_row
@@ -237,17 +238,7 @@ class BenchPanel(QWidget):
         else:
             combo.addItem("as for all stages", SAME)
         kinds, who = self._kinds(stage) if stage else (None, "")
-        for info in self.devices:
-            combo.addItem(info.label, str(info.device))
-            i = combo.count() - 1
-            why = None
-            if not info.available:
-                why = f"{info.device} is not available: {info.reason or 'not present'}"
-            elif kinds is not None and info.device.kind not in kinds:
-                why = f"{who} does not run on {info.device.kind}; it runs on " \
-                      f"{', '.join(sorted(kinds)) or 'nothing here'}"
-            combo.model().item(i).setEnabled(why is None)
-            combo.setItemData(i, why or info.label, Qt.ItemDataRole.ToolTipRole)
+        add_device_items(combo, self.devices, kinds, who)
         index = combo.findData(wanted)
         if index < 0:
             combo.addItem(wanted if not self.devices else f"{wanted} (not found)", wanted)

@@ -4,9 +4,9 @@ listed disabled with the reason as its tooltip."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox
 
+from app.core.compute_devices import add_device_items
 from app.settings.groups import AUTO
 from engine.backends import BackendRegistry
 from engine.runtime.devices import DeviceInfo
@@ -32,17 +32,7 @@ def fill_device_combo(combo: QComboBox, infos: list[DeviceInfo], current: str, d
     combo.blockSignals(True)
     combo.clear()
     combo.addItem("auto — best available", AUTO)
-    for info in infos:
-        combo.addItem(info.label, str(info.device))
-        i = combo.count() - 1
-        why = None
-        if not info.available:
-            why = f"{info.device} is not available: {info.reason or 'not present'}"
-        elif kinds is not None and info.device.kind not in kinds:
-            runs_on = ", ".join(sorted(kinds)) or "nothing here"
-            why = f"{who} does not run on {info.device.kind}; it runs on {runs_on}"
-        combo.model().item(i).setEnabled(why is None)
-        combo.setItemData(i, why or info.label, Qt.ItemDataRole.ToolTipRole)
+    add_device_items(combo, infos, kinds, who)
     index = combo.findData(wanted)
     if index < 0:  # a setting naming a device discovery did not report: keep it visible
         combo.addItem(f"{wanted} (not found)" if discovered else wanted, wanted)
