@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["FLOOR_DBFS", "MIC_STAGES", "SAMPLE_REPLY", "SPEAKER_STAGES", "MicCheck", "MicResult",
            "SpeakerCheck", "SpeakerResult", "dbfs", "missing_models"]
 
-log = logging.getLogger("parley.setup_check")
+log = logging.getLogger("parley.device_check")
 
 #: The stages each check needs from a loaded engine.
 MIC_STAGES = ("vad", "stt")

@@ -1,4 +1,4 @@
-"""The first-run device check, engine side (engine.setup_check): the bundled recording as
+"""The first-run device check, engine side (engine.audio.device_check): the bundled recording as
 the microphone, the real offline VAD, STT and TTS models, the fake sound device for the
 faults."""
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-log = logging.getLogger("parley.turn_end")
+log = logging.getLogger("parley.end_of_turn")
 
 
 @dataclass(frozen=True, slots=True)
