@@ -7,7 +7,7 @@ import math
 
 from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QPainter
-from PySide6.QtWidgets import (QAbstractItemView, QGridLayout, QHeaderView, QLabel, QTableWidget,
+from PySide6.QtWidgets import (QAbstractItemView, QMessageBox, QGridLayout, QHeaderView, QLabel, QTableWidget,
                                QTableWidgetItem, QWidget)
 
 from app.core import theme
@@ -149,3 +149,11 @@ def set_row(table: QTableWidget, row: int, values: list[str], tips: dict[int, st
         tip = (tips or {}).get(col, "")
         if item.toolTip() != tip:
             item.setToolTip(tip)
+
+
+def confirm(parent: QWidget, title: str, text: str) -> bool:
+    """Ask Yes/Cancel before something that cannot be undone (Cancel is the default)."""
+    answer = QMessageBox.question(parent, title, text,
+                                  QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+                                  QMessageBox.StandardButton.Cancel)
+    return answer == QMessageBox.StandardButton.Yes

@@ -18,10 +18,11 @@ from pathlib import Path
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QGuiApplication, QTextCursor
 from PySide6.QtWidgets import (QComboBox, QDialog, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QListWidget,
-                               QListWidgetItem, QMessageBox, QPushButton, QSplitter, QTextBrowser, QTextEdit,
+                               QListWidgetItem, QPushButton, QSplitter, QTextBrowser, QTextEdit,
                                QVBoxLayout, QWidget)
 
 from app.core.background import JobKind, LatestLane
+from app.core.widgets import confirm
 from engine.errors import ParleyError
 from engine.history.store import ConversationSummary, HistoryStore, SearchHit
 
@@ -286,13 +287,9 @@ class HistoryDialog(QDialog):
 
     def confirm_delete(self, summary_text: str) -> bool:
         """Ask before deleting; tests replace this to answer."""
-        answer = QMessageBox.question(
-            self, "Delete conversation",
-            f"Delete this conversation and all its turns from the history?\n\n{summary_text}\n\n"
-            "This cannot be undone.",
-            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
-            QMessageBox.StandardButton.Cancel)
-        return answer == QMessageBox.StandardButton.Yes
+        return confirm(self, "Delete conversation",
+                       f"Delete this conversation and all its turns from the history?\n\n{summary_text}\n\n"
+                       "This cannot be undone.")
 
     def delete_selected(self) -> bool:
         """Delete the selected conversation after confirmation; True if it was deleted."""

@@ -19,10 +19,11 @@ from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import (QAbstractItemView, QDialog, QHBoxLayout, QHeaderView, QLabel, QMessageBox,
-                               QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QAbstractItemView, QDialog, QHBoxLayout, QHeaderView, QLabel, QPushButton,
+                               QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from app.core.background import Failure, JobKind, LatestLane
+from app.core.widgets import confirm
 from app.onboarding.downloads import HUB_PATTERNS, HubDownload, ModelDownloadDialog, hub_downloads
 from engine.runtime.model_cache import (BUNDLED, HUB, CachedModel, ModelScan, ModelUse, engine_uses,
                                         human_bytes, remove_model, scan_models, uses_of)
@@ -197,13 +198,9 @@ class ModelManagerDialog(QDialog):
 
     def confirm_remove(self, model: CachedModel) -> bool:
         """Ask before deleting; tests replace this to answer."""
-        answer = QMessageBox.question(
-            self, "Remove model",
-            f"Delete {model.name} ({human_bytes(model.size_bytes)}) from {model.path}?\n\n"
-            "A stage that needs it will download or convert it again.",
-            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
-            QMessageBox.StandardButton.Cancel)
-        return answer == QMessageBox.StandardButton.Yes
+        return confirm(self, "Remove model",
+                       f"Delete {model.name} ({human_bytes(model.size_bytes)}) from {model.path}?\n\n"
+                       "A stage that needs it will download or convert it again.")
 
     def remove_selected(self) -> bool:
         """Remove the selected model after confirmation, in the background; False when

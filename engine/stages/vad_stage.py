@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSink, AudioSource, InputMarker
+from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSource, InputMarker
 from engine.audio.echo import EchoCanceller
 from engine.audio.health import DeviceState, HealthLog, HealthReport, SampleGuard
 from engine.backends.base import VadModel
@@ -180,10 +180,9 @@ class VadStage(SourceStage[VadModel]):
             return
         self._t_health = now
         reports = self.input_health.drain()
-        for device in (self.source, self.playback.sink):
-            poll = _health_poll(device)
-            if poll is not None:
-                reports += poll()
+        # Every source and sink has poll_health (a file's reports nothing; a wrapper's,
+        # such as push-to-talk, is the wrapped source's).
+        reports += self.source.poll_health() + self.playback.sink.poll_health()
         for report in reports:
             self._emit_health(report)
 
@@ -268,9 +267,3 @@ class VadStage(SourceStage[VadModel]):
         self.ctx.metrics.set_cancelled(self.ctx.unit, turn)
         self.ctx.metrics.mark(self.ctx.unit, turn, Mark.BARGE_IN, time.perf_counter())
         self.ctx.events.emit(TurnCancelled(self.ctx.unit, turn, CancelReason.BARGE_IN))
-
-
-def _health_poll(device: AudioSource | AudioSink) -> Callable[[], list[HealthReport]]:
-    """The ``poll_health`` of a source or sink: every one has it (a file's reports
-    nothing; a wrapper's, such as push-to-talk, is the wrapped source's)."""
-    return device.poll_health

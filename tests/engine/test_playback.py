@@ -21,18 +21,14 @@ from engine.pipeline.metrics import Mark, Metrics
 from engine.pipeline.playback import Playback
 from engine.pipeline.stage import StageContext
 from engine.stages.sink_stage import SinkStage
+from tests.support.threads import wait_for
 
 RATE = 16000
 WAIT_S = 5.0
 
 
 def _wait_for(condition, timeout: float = WAIT_S) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.002)
-    return True
+    return wait_for(condition, timeout, poll=0.002)
 
 
 def _join(thread: threading.Thread) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from engine.audio.base import PIPELINE_RATE, AudioBlock
+from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSource
 from engine.config import EngineConfig
 from engine.pipeline.control import TurnControl
 from engine.errors import ModelError
@@ -23,6 +23,7 @@ from engine.pipeline.events import EngineError, EventHub
 from engine.pipeline.messages import EndOfStream, Message
 from engine.pipeline.metrics import Metrics
 from engine.pipeline.stage import SourceStage, Stage, StageContext
+from tests.support.threads import wait_for
 
 WAIT_S = 5.0  # upper bound for anything that should happen promptly
 
@@ -33,12 +34,7 @@ class Num(Message):
 
 
 def _wait_for(condition, timeout: float = WAIT_S) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.002)
-    return True
+    return wait_for(condition, timeout, poll=0.002)
 
 
 def _join(thread: threading.Thread) -> None:
@@ -407,7 +403,7 @@ def test_use_model_after_the_stage_stopped_adopts_at_once(make_ctx):
 # ---------------------------------------------------------------- source stage
 
 
-class FakeSource:
+class FakeSource(AudioSource):
     """An in-memory AudioSource: blocks pushed by the test, finished once ended and empty."""
 
     sample_rate = PIPELINE_RATE
@@ -444,14 +440,6 @@ class FakeSource:
     @property
     def finished(self) -> bool:
         return self._ended and self._blocks.empty()
-
-    @property
-    def overflow_count(self) -> int:
-        return 0
-
-    @property
-    def level(self) -> float:
-        return 0.0
 
     @property
     def buffered_blocks(self) -> int:
