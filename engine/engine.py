@@ -145,6 +145,19 @@ class Engine:
             raise
         self.state = EngineState.READY
 
+    def offer_learned_end_of_turn(self) -> str | None:
+        """Load the end-of-turn audio model even though the settings use silence, so that
+        units started from now on can switch to learned end of turn while they run (a
+        Realtime client's ``semantic_vad``). None once it is there; else why it is not."""
+        if self.turn_model is None:
+            from engine.stages.end_of_turn.smart_turn import SmartTurn
+
+            try:
+                self.turn_model = SmartTurn()
+            except ParleyError as exc:
+                return str(exc)
+        return None
+
     def _prepare_turn_model(self, config: EngineConfig) -> None:
         """Load the end-of-turn audio model when ``config`` asks for learned end of turn.
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Literal, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 import numpy as np
 
@@ -144,6 +144,41 @@ class SttModel(Backend, Protocol):
         ...
 
 
+#: One chat message in the OpenAI chat format: ``{"role": "user", "content": "..."}``;
+#: an assistant message may carry ``tool_calls`` (``[{"id", "type": "function",
+#: "function": {"name", "arguments": "<JSON text>"}}]``) and a ``tool`` message answers
+#: one (``{"role": "tool", "tool_call_id", "content"}``). Backends convert from this.
+ChatMessage = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A function the model may call: its name, what it does, its JSON-schema parameters."""
+
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+
+    def as_openai(self) -> dict[str, Any]:
+        """The ``tools`` entry of an OpenAI chat request (also what chat templates take)."""
+        return {"type": "function", "function": {"name": self.name, "description": self.description,
+                                                 "parameters": dict(self.parameters)}}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A call the model made: ``arguments`` is the JSON object text it wrote (checked)."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+
+#: ``tool_choice``: "auto" (the model decides), "none" (no tools offered), "required"
+#: (it must call one), or the name of the one function it must call.
+ToolChoice = str
+
+
 @dataclass(frozen=True, slots=True)
 class GenerationOptions:
     """How one reply is generated; sent with every call, never stored on the model."""
@@ -155,6 +190,9 @@ class GenerationOptions:
     #: Also report how likely the user's message ends where it does (learned end of
     #: turn): the probability of the end-of-message token right after the user's text.
     score_end_of_turn: bool = False
+    #: Functions offered to the model for this reply (none: a plain reply).
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: ToolChoice = "auto"
 
     @classmethod
     def from_config(cls, config) -> GenerationOptions:
@@ -177,6 +215,9 @@ class LlmStep:
     #: On the first step, when asked for and the backend can tell: P(end of message) after
     #: the user's text, read from the prefill's logits at no extra forward pass.
     end_of_turn_probability: float | None = None
+    #: On the last step: the functions the model called instead of (or after) its text.
+    #: Text that belongs to a call is never in ``text``: it is not spoken.
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 class LlmSession(Protocol):
@@ -186,7 +227,7 @@ class LlmSession(Protocol):
     #: remote model's network share, ``Figure.LLM_NETWORK_S``); none for a local model.
     figures: Mapping[Figure, float] = NO_FIGURES
 
-    def generate(self, messages: list[dict[str, str]], options: GenerationOptions,
+    def generate(self, messages: list[ChatMessage], options: GenerationOptions,
                  should_stop: Callable[[], bool]) -> Iterator[LlmStep]:
         """Stream the reply to ``messages`` (chat format, system first).
 
@@ -204,6 +245,11 @@ class LlmModel(Backend, Protocol):
     """A language model; each pipeline unit talks to it through its own session."""
 
     def new_session(self) -> LlmSession: ...
+
+    def tool_support(self) -> str | None:
+        """None when the model can call tools (``GenerationOptions.tools``); otherwise why
+        it cannot, in words for the user (``session.updated``, the Tools settings)."""
+        return "this language model backend cannot call tools"
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,3 +60,30 @@ def preview(model: TtsModel, config: EngineConfig, text: str, voice: str,
     audio = (np.concatenate([c.audio for c in chunks]).astype(np.float32, copy=False)
              if chunks else np.zeros(0, np.float32))
     return audio, int(rate)
+
+
+#: OpenAI's built-in voice names (clients send one by default) and the voice each stands
+#: for with a model that has a close match: Kokoro's voices of the same name, else one of
+#: the same kind (American/British, female/male). A model without the match uses its
+#: default voice (``auto``). The README's realtime section shows this table.
+OPENAI_VOICE_MATCHES: dict[str, tuple[str, ...]] = {
+    "alloy": ("af_alloy",), "ash": ("am_adam",), "ballad": ("bm_george",),
+    "coral": ("af_heart",), "echo": ("am_echo",), "fable": ("bm_fable",),
+    "onyx": ("am_onyx",), "nova": ("af_nova",), "sage": ("af_sarah",),
+    "shimmer": ("af_sky",), "verse": ("am_michael",), "marin": ("af_bella",),
+    "cedar": ("am_liam",),
+}
+OPENAI_VOICES = frozenset(OPENAI_VOICE_MATCHES)
+
+
+def openai_voice(name: str, voices: VoiceList) -> str | None:
+    """The ``tts.voice`` that OpenAI's voice ``name`` stands for with a model offering
+    ``voices``: its match where the model has it, else ``auto``; None when ``name`` is
+    not one of OpenAI's (then it is a voice name of the model's own)."""
+    matches = OPENAI_VOICE_MATCHES.get(name.lower())
+    if matches is None:
+        return None
+    offered = set(voices.names())
+    if name in offered:  # a server that speaks OpenAI's own voices
+        return name
+    return next((voice for voice in matches if voice in offered), "auto")

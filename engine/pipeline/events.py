@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from engine.backends.base import ToolCall
 from engine.pipeline.control import CancelReason
 from engine.pipeline.metrics import TurnRecord
 
@@ -47,6 +48,15 @@ class ReplyText(Event):
 
     turn_id: int
     text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallsMade(Event):
+    """The reply called functions (after its text, if any): a client runs them and sends
+    their outputs; the conversation goes on with another reply."""
+
+    turn_id: int
+    calls: tuple[ToolCall, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.backends.base import ChatMessage, ToolChoice, ToolSpec
+
 
 @dataclass(frozen=True, slots=True)
 class Message:
@@ -40,33 +42,70 @@ class SpeechSegment(Message):
 
 
 @dataclass(frozen=True, slots=True)
+class ReplyRequest:
+    """How to answer one turn where it differs from the unit's settings (a Realtime
+    client's session defaults and its ``response.create``).
+
+    ``instructions`` replaces ``llm.system_prompt`` for this reply; ``speak`` False gives
+    a text-only reply (no TTS); ``record`` False is an out-of-band reply, kept out of the
+    chat history; ``context`` (when not None) is the conversation to answer instead of
+    the history; ``tools`` are offered to the model unless ``tool_choice`` is "none";
+    ``max_new_tokens`` caps this reply instead of ``llm.max_new_tokens``.
+    """
+
+    instructions: str | None = None
+    speak: bool = True
+    record: bool = True
+    context: tuple[ChatMessage, ...] | None = None
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: ToolChoice = "auto"
+    max_new_tokens: int | None = None
+
+
+#: The unit's own settings, unchanged.
+PLAIN_REPLY = ReplyRequest()
+
+
+@dataclass(frozen=True, slots=True)
 class Transcript(Message):
-    """Text the STT heard; partial while the user speaks, final at the turn's end."""
+    """Text the STT heard; partial while the user speaks, final at the turn's end.
+
+    A typed turn carries its ``request``; with one, an empty ``text`` still gets a reply
+    (to the conversation as it stands: a greeting, or the answer after a tool's output).
+    """
 
     text: str
     final: bool
     t_speech_end: float
     revision: int = 0
+    request: ReplyRequest | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class TextChunk(Message):
     """A clause or sentence of the assistant's reply, on its way to TTS.
 
-    ``last`` marks the end of the reply (its text may be empty).
+    ``last`` marks the end of the reply (its text may be empty); ``speak`` False: the
+    reply is text only, and TTS passes it on without audio.
     """
 
     text: str
     last: bool
+    speak: bool = True
 
 
 @dataclass(frozen=True, slots=True)
 class AudioOut(Message):
-    """Reply audio, float32 mono at ``sample_rate``. ``last`` ends the reply."""
+    """Reply audio, float32 mono at ``sample_rate``. ``last`` ends the reply.
+
+    ``text`` is the clause this chunk begins (empty on the chunks that go on with it), so
+    playback knows which words were heard by when.
+    """
 
     audio: np.ndarray = field(repr=False)
     sample_rate: int
     last: bool
+    text: str = ""
 
 
 @dataclass(frozen=True, slots=True)

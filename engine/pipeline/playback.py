@@ -45,6 +45,7 @@ class Playback:
         self._committed: set[int] = set()
         self._held: list[AudioOut] = []
         self._started: set[int] = set()
+        self._spoken: dict[int, SpokenReply] = {}
 
     @property
     def is_playing(self) -> bool:
@@ -84,9 +85,28 @@ class Playback:
         """Block until everything played was heard (or timeout)."""
         return self.sink.wait_idle(timeout)
 
+    def heard_text(self, turn_id: int, seconds: float | None = None) -> str:
+        """The words of ``turn_id``'s reply heard in its first ``seconds`` of audio (None:
+        until now, by the sink's clock); "" if none was played."""
+        with self._lock:
+            spoken = self._spoken.get(turn_id)
+        if spoken is None:
+            return ""
+        if seconds is None:
+            first = self.sink.first_heard(turn_id)
+            seconds = 0.0 if first is None else max(0.0, time.perf_counter() - first)
+        return spoken.heard(seconds)
+
     def _play(self, out: AudioOut) -> None:
         unit, metrics = self.unit, self._metrics
         if out.audio.size:
+            spoken = self._spoken.get(out.turn_id)
+            if spoken is None:
+                spoken = self._spoken[out.turn_id] = SpokenReply()
+                if len(self._spoken) > 16:  # turns only grow: keep the latest ones
+                    for old in sorted(self._spoken)[:-8]:
+                        del self._spoken[old]
+            spoken.add(out.text, out.audio.size / out.sample_rate)
             (self.echo or self.sink).play(out.audio, out.sample_rate, out.turn_id)
             if out.turn_id not in self._started:
                 self._started.add(out.turn_id)
@@ -101,3 +121,32 @@ class Playback:
             record = metrics.turn(unit, out.turn_id)
             if record is not None:
                 self._events.emit(TurnFinished(unit, record))
+
+
+class SpokenReply:
+    """Which clause of a reply plays when: the clauses and their audio seconds, in order."""
+
+    def __init__(self) -> None:
+        self._clauses: list[list] = []  # [text, seconds]
+
+    def add(self, text: str, seconds: float) -> None:
+        """Audio played: a new clause when ``text`` is given, else more of the last one."""
+        if text or not self._clauses:
+            self._clauses.append([text, 0.0])
+        self._clauses[-1][1] += seconds
+
+    def heard(self, seconds: float) -> str:
+        """The words heard in the first ``seconds``: whole clauses, then the share of the
+        words of the clause playing at that moment (speech is close to even in time)."""
+        words: list[str] = []
+        start = 0.0
+        for text, length in self._clauses:
+            if start >= seconds:
+                break
+            if start + length <= seconds:
+                words.append(text)
+            else:
+                part = text.split()
+                words.append(" ".join(part[:int(len(part) * (seconds - start) / length)]))
+            start += length
+        return " ".join(w for w in words if w)

@@ -41,7 +41,7 @@ from engine.config import EngineConfig
 from engine.pipeline.control import CancelReason, TurnControl, EventHold
 from engine.errors import ParleyError, describe_failure, is_out_of_memory, release_cached_memory
 from engine.pipeline.events import EngineError, Event, EventHub, TurnCancelled
-from engine.pipeline.messages import EndOfStream, Message, SpeechSegment, TextChunk, Transcript
+from engine.pipeline.messages import PLAIN_REPLY, EndOfStream, Message, SpeechSegment, TextChunk, Transcript
 from engine.pipeline.metrics import Metrics
 from engine.stages.end_of_turn.board import TurnEndBoard
 
@@ -74,6 +74,9 @@ class StageContext:
         self.stopping = threading.Event()
         self.turn_end = TurnEndBoard()  # learned end of turn: the signals of a turn in grace
         self.held = EventHold(control, self._release)
+        #: How replies are made where a client's session differs from the settings (its
+        #: tools, text-only replies); a typed turn's own ``ReplyRequest`` overrides it.
+        self.reply = PLAIN_REPLY
 
     def fail_turn(self, turn_id: int) -> None:
         """End ``turn_id`` because a stage failed on it: drop its work in every stage now;

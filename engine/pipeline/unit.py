@@ -14,7 +14,7 @@ from engine.config import EngineConfig
 from engine.pipeline.control import CancelReason, TurnControl
 from engine.pipeline.chat_history import ChatHistory
 from engine.pipeline.events import EngineError, EventHub
-from engine.pipeline.messages import Transcript
+from engine.pipeline.messages import PLAIN_REPLY, ReplyRequest, Transcript
 from engine.pipeline.metrics import Mark, Metrics
 from engine.pipeline.playback import Playback
 from engine.pipeline.stage import SourceStage, Stage, StageContext
@@ -44,7 +44,8 @@ class PipelineUnit:
         self.sink = sink
         self.control = TurnControl()
         self.ctx = StageContext(unit, self.control, metrics, events, config)
-        self.chat_history = ChatHistory()
+        # A barged-in reply keeps, in the history, the words that were heard.
+        self.chat_history = ChatHistory(heard=lambda turn: self.playback.heard_text(turn))
         self.control.on_cancel(self.chat_history.on_cancel)
         # One echo canceller per unit: playback feeds it what is heard, the VAD stage cleans
         # the input with it (None without livekit, or when the reply is not on a speaker).
@@ -101,11 +102,13 @@ class PipelineUnit:
                 if not stage.alive:  # its input ended meanwhile: nobody else will adopt it
                     stage.adopt_pending_model()
 
-    def say(self, text: str) -> int:
+    def say(self, text: str, request: ReplyRequest = PLAIN_REPLY) -> int:
         """A typed user message: answered like a committed spoken turn; returns its id.
 
-        It goes straight to the LLM stage (no audio, no STT). May wait while the LLM's
-        queue is full: call it off an event loop.
+        ``text`` "" answers the conversation as it stands (a greeting, or the reply after
+        a tool's output); ``request`` says how (``ReplyRequest``). It goes straight to the
+        LLM stage (no audio, no STT). May wait while the LLM's queue is full: call it off
+        an event loop.
         """
         turn = self._typed_turn = self._next_turn_id()
         now = time.perf_counter()
@@ -116,8 +119,20 @@ class PipelineUnit:
         self.ctx.held.commit(turn)
         self.playback.commit(turn)
         self.vad.note_reply(turn)
-        self.llm.put(Transcript(turn, self.control.generation, text, True, now))
+        self.llm.put(Transcript(turn, self.control.generation, text, True, now, request=request))
         return turn
+
+    def set_reply_defaults(self, request: ReplyRequest) -> None:
+        """How every reply is made from now on unless a typed turn says otherwise (a
+        Realtime session's tools and output modalities)."""
+        self.ctx.reply = request
+
+    def truncate_reply(self, turn: int, seconds: float) -> str:
+        """Only the first ``seconds`` of ``turn``'s reply were heard: the history keeps
+        just those words (as a barge-in does). Returns the words kept."""
+        heard = self.playback.heard_text(turn, seconds)
+        self.chat_history.truncate(heard, turn_id=turn)
+        return heard
 
     def interrupt(self) -> None:
         """Cut off the reply in progress, as a barge-in would."""

@@ -43,6 +43,7 @@ from aiohttp import web
 
 from engine.audio.pcm import to_pcm16, wav_header
 from engine.backends.base import GenerationOptions, SttResult, TtsModel, model_of
+from engine.backends.voices import openai_voice
 from engine.errors import ParleyError
 from engine.runtime.placement import Placement
 
@@ -52,9 +53,6 @@ SERVED_STAGES = ("stt", "llm", "tts")
 WORKERS = 4  # model calls at once (forwards are serialised per model anyway)
 PCM_RATE = 24000
 MAX_SPEECH_CHARS = 4096
-#: OpenAI's built-in voice names: a generic client sends one; they pick the default voice.
-OPENAI_VOICES = frozenset({"alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova",
-                           "sage", "shimmer", "verse", "marin", "cedar"})
 _GENERIC_PARTS = {"model", "data", "weights", "snapshot"}
 _EXTENSIONS = (".gguf", ".onnx", ".safetensors", ".bin", ".pt", ".pth")
 _CREATED = int(time.time())
@@ -400,7 +398,11 @@ class OpenAiRoutes:
             voice = voice.get("id") if isinstance(voice, dict) else voice
             if not isinstance(voice, str):
                 raise ApiError(400, "'voice' must be a voice name", "invalid_value", "voice")
-            voice = "auto" if voice.lower() in OPENAI_VOICES or voice in ("", "auto") else voice
+            if voice in ("", "auto"):
+                voice = "auto"
+            else:  # OpenAI's names stand for a voice of the model (the README's table)
+                name = voice
+                voice = await self._call(lambda: openai_voice(name, model.voices())) or name
             try:
                 await self._call(model.check_voice, voice)
             except ParleyError as exc:

@@ -16,12 +16,19 @@ stages emitted them, so the session can follow a turn without locks:
 - ``UserSpeaking(ended)`` at the turn's commit: ``speech_stopped``, ``committed``, the
   user item, and a new response (Parley answers every committed turn).
 - Partial and final transcripts: the input transcription's deltas and ``completed``.
-- ``ReplyText``, reply audio, ``TurnFinished``: the response's deltas and ``done``.
+- ``ReplyText``, reply audio, ``ToolCallsMade``, ``TurnFinished``: the response's deltas,
+  its function-call items and ``done``.
 - ``TurnCancelled`` (barge-in): every active response ends ``cancelled``.
+
+The conversation is kept as items (``engine.server.items``), each mirrored in the unit's
+chat history, so ``conversation.item.retrieve``/``.delete``/``.truncate`` act on what the
+LLM will read next. A ``response.create`` made while another response is in progress
+waits for it (a client that answers a tool call before the reply's audio ended).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import json
@@ -29,38 +36,47 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.audio.base import InputMarker
 from engine.config import EndOfTurn, EngineConfig
 from engine.errors import ConfigError
+from engine.pipeline.chat_history import ChatHistory, ItemKind
 from engine.pipeline.control import CancelReason
 from engine.pipeline.events import (EngineError, Event, FinalTranscript, PartialTranscript, ReplyText,
-                                    TurnCancelled, TurnFinished, UserSpeaking)
+                                    ToolCallsMade, TurnCancelled, TurnFinished, UserSpeaking)
+from engine.pipeline.messages import PLAIN_REPLY, ReplyRequest
 from engine.pipeline.metrics import Figure, Mark, Metrics
 from engine.report import figure_json, turn_dict
 from engine.server import wire
+from engine.server.items import Conversation, HistoryKey, client_item
 from engine.server.limits import TokenBucket
+from engine.server.response_create import ResponseSpec, response_spec
 from engine.server.responses import Response, Responses
 from engine.server.server_settings import ServerSettings
-from engine.server.validation import INVALID_VALUE, ClientError, expect, session_change, user_text
+from engine.server.session_update import Capabilities, SessionChange, session_change
+from engine.server.validation import INVALID_VALUE, ClientError, expect
 
 if TYPE_CHECKING:
     from engine.server.stream_audio import StreamSource
 
 log = logging.getLogger("parley.server")
 
-MAX_PENDING_ITEMS = 64  # typed messages waiting for response.create
+MAX_WAITING_CREATES = 4  # response.create calls waiting for the response in progress
 
 
 class Unit(Protocol):
     """What a session needs of a ``PipelineUnit``."""
 
     config: EngineConfig
+    chat_history: ChatHistory
 
     def apply(self, config: EngineConfig, models: dict) -> None: ...
-    def say(self, text: str) -> int: ...
+    def say(self, text: str, request: ReplyRequest = PLAIN_REPLY) -> int: ...
     def interrupt(self) -> None: ...
+    def set_reply_defaults(self, request: ReplyRequest) -> None: ...
+    def truncate_reply(self, turn: int, seconds: float) -> str: ...
 
 
 class RealtimeSession:
@@ -82,8 +98,13 @@ class RealtimeSession:
         self._bucket = TokenBucket(settings.max_events_per_s, clock=clock)
         self._dropped = 0
         self._last_rate_error = -1e9
-        self.responses = Responses(send)
-        self._check_voice: Callable[[str], None] | None = None
+        self.conversation = Conversation()
+        self.responses = Responses(send, self._response_item, wire.new_id("conv"))
+        self._voice_for: Callable[[str], str] | None = None
+        self._capabilities = Capabilities()
+        self._defaults = PLAIN_REPLY  # the session's tools and output modalities
+        self._session_notes: list[str] = []
+        self._ignored: list[str] = []
         self._metrics: Metrics | None = None
         self._unit_number = -1
         self._parley: dict = {}
@@ -92,8 +113,9 @@ class RealtimeSession:
         self._clearing: int | None = None  # a turn a client clear is throwing away
         self._items: dict[int, str] = {}  # turn -> user item id
         self._partial_sent: dict[int, str] = {}  # turn -> transcript deltas sent so far
-        self._last_item: str | None = None
-        self._pending_items: list[tuple[str, str]] = []  # typed (item id, text) not answered
+        self._fresh_items = 0  # client items added since the last response.create
+        self._waiting: deque[tuple[ResponseSpec, str | None]] = deque()
+        self._tasks: set[asyncio.Task] = set()
         self._claims_ahead = 0  # response.create for a commit the VAD has not reached yet
         self._saying = 0  # say() calls whose turn id is not known yet
         self._orphans: dict[int, list[Callable[[], None]]] = {}
@@ -104,22 +126,28 @@ class RealtimeSession:
             "input_audio_buffer.commit": self._commit,
             "input_audio_buffer.clear": self._clear,
             "conversation.item.create": self._item_create,
+            "conversation.item.retrieve": self._item_retrieve,
+            "conversation.item.delete": self._item_delete,
+            "conversation.item.truncate": self._item_truncate,
             "response.create": self._response_create,
             "response.cancel": self._response_cancel,
         }
 
     # ------------------------------------------------------------------ lifecycle
     def attach(self, unit: Unit, source: StreamSource, *, unit_number: int,
-               check_voice: Callable[[str], None] | None = None, metrics: Metrics | None = None,
-               parley: dict | None = None) -> None:
+               voice_for: Callable[[str], str] | None = None, metrics: Metrics | None = None,
+               parley: dict | None = None, capabilities: Capabilities | None = None) -> None:
         """Serve on ``unit`` (fed by ``source``, a StreamSource); sends ``session.created``.
 
-        ``check_voice(voice)`` raises ConfigError for a voice the TTS model lacks (it is
-        called in the executor); ``metrics`` is the engine's (turn timelines);
-        ``parley``: what the server tells the client about itself (notes, placements).
+        ``voice_for(name)`` is the loaded TTS's voice a client's voice name stands for
+        (OpenAI's names are mapped), a ConfigError if it has none (called in the
+        executor); ``metrics`` is the engine's (turn timelines); ``parley``: what the
+        server tells the client about itself (notes, placements); ``capabilities``: what
+        the models can do (learned end of turn, tools).
         """
-        self._unit, self._source, self._check_voice = unit, source, check_voice
+        self._unit, self._source, self._voice_for = unit, source, voice_for
         self._unit_number, self._metrics = unit_number, metrics
+        self._capabilities = capabilities or Capabilities()
         self._base = unit.config
         self._parley = dict(parley or {})
         self._send(wire.event("session.created", session=self._session_object()))
@@ -131,8 +159,12 @@ class RealtimeSession:
     def _session_object(self) -> dict:
         config = self._unit.config
         parley = {**self._parley, "unit": self._unit_number,
-                  "live_transcription": config.turns.live_transcription}
-        return wire.session_object(self.id, config, parley)
+                  "live_transcription": config.turns.live_transcription,
+                  "tool_support": self._capabilities.tool_support,
+                  "session_notes": list(self._session_notes), "ignored": list(self._ignored)}
+        return wire.session_object(self.id, config, parley, speak=self._defaults.speak,
+                                   tools=self._defaults.tools,
+                                   tool_choice=self._defaults.tool_choice)
 
     def error(self, code: str, message: str, param: str | None = None,
               client_event_id: str | None = None, kind: str = wire.INVALID_REQUEST) -> None:
@@ -192,18 +224,34 @@ class RealtimeSession:
             self._dropped = 0
 
     async def _session_update(self, message: dict, event_id: str | None) -> None:
-        change = session_change(message.get("session"), self._base)
+        change = session_change(message.get("session"), self._base, self._capabilities)
         config = change.apply_to(self._unit.config)
-        await self._blocking(self._apply, config, change.voice)
+        await self._blocking(self._apply, config, change)
+        for problem in change.errors:  # each refused field alone; the rest is applied
+            self.error(problem.code, problem.message, problem.param, event_id)
+        defaults = self._defaults
+        if change.speak is not None:
+            defaults = replace(defaults, speak=change.speak)
+        if change.tools is not None:
+            defaults = replace(defaults, tools=change.tools)
+        if change.tool_choice is not None:
+            defaults = replace(defaults, tool_choice=change.tool_choice)
+        self._defaults = defaults
+        self._unit.set_reply_defaults(defaults)
+        self._session_notes = change.notes
+        self._ignored = change.ignored
         self._send(wire.event("session.updated", session=self._session_object()))
 
-    def _apply(self, config: EngineConfig, voice: str | None) -> None:
-        """In an executor: the voice is checked by the TTS model itself, then applied."""
-        if voice is not None and self._check_voice is not None:
+    def _apply(self, config: EngineConfig, change: SessionChange) -> None:
+        """In an executor: the voice is mapped and checked by the TTS model, then applied."""
+        if change.voice is not None and self._voice_for is not None:
             try:
-                self._check_voice(voice)
+                voice = self._voice_for(change.voice)
+                config = config.with_overrides({"tts.voice": voice})
+                if voice != change.voice:
+                    change.notes.append(f"voice {change.voice!r} -> {voice}")
             except ConfigError as exc:
-                raise ClientError(INVALID_VALUE, str(exc), "session.audio.output.voice") from None
+                change.errors.append(ClientError(INVALID_VALUE, str(exc), "session.audio.output.voice"))
         self._unit.apply(config, {})
 
     async def _append(self, message: dict, event_id: str | None) -> None:
@@ -228,44 +276,104 @@ class RealtimeSession:
         self._markers.append((InputMarker.CLEAR, event_id))
         self._source.clear()
 
+    # ------------------------------------------------------------------ items
     async def _item_create(self, message: dict, event_id: str | None) -> None:
-        item = expect(message.get("item"), "object", "item")
-        text = user_text(item)
-        if len(self._pending_items) >= MAX_PENDING_ITEMS:
-            raise ClientError("too_many_items", f"{MAX_PENDING_ITEMS} messages already wait for "
-                              "response.create")
-        item_id = item.get("id") if isinstance(item.get("id"), str) and item["id"] else wire.new_id("item")
-        self._pending_items.append((item_id, text))
-        done = wire.user_item(item_id, [{"type": "input_text", "text": text}])
-        self._send(wire.event("conversation.item.added", previous_item_id=self._last_item, item=done))
-        self._send(wire.event("conversation.item.done", previous_item_id=self._last_item, item=done))
-        self._last_item = item_id
+        after = message.get("previous_item_id")
+        if after is not None and after != "root" and after not in self.conversation:
+            self.conversation.get(after, "previous_item_id")  # raises item_not_found
+        wired, item = client_item(message.get("item"))
+        if wired["id"] in self.conversation:
+            raise ClientError("item_already_exists", f"an item with id {wired['id']!r} is in the "
+                              "conversation already", "item.id")
+        history_after = after if after is not None and after in self.conversation and \
+            self.conversation.key(after).item_id is not None else None
+        self._unit.chat_history.add(item, after=history_after)
+        previous = self.conversation.add(wired, HistoryKey(item_id=wired["id"]),
+                                         after=after if after != "root" else None)
+        self._fresh_items += 1
+        self._send(wire.event("conversation.item.added", previous_item_id=previous, item=wired))
+        self._send(wire.event("conversation.item.done", previous_item_id=previous, item=wired))
 
+    async def _item_retrieve(self, message: dict, event_id: str | None) -> None:
+        item = self.conversation.get(message.get("item_id"))
+        self._send(wire.event("conversation.item.retrieved", item=item))
+
+    async def _item_delete(self, message: dict, event_id: str | None) -> None:
+        item = self.conversation.get(message.get("item_id"))
+        key = self.conversation.key(item["id"])
+        self._unit.chat_history.delete(**key.lookup())
+        self.conversation.remove(item["id"])
+        self._send(wire.event("conversation.item.deleted", item_id=item["id"]))
+
+    async def _item_truncate(self, message: dict, event_id: str | None) -> None:
+        item = self.conversation.get(message.get("item_id"))
+        content_index = message.get("content_index", 0)
+        expect(content_index, "integer", "content_index")
+        end_ms = expect(message.get("audio_end_ms"), "integer", "audio_end_ms")
+        if end_ms < 0:
+            raise ClientError(INVALID_VALUE, f"'audio_end_ms' must be 0 or more; got {end_ms}",
+                              "audio_end_ms")
+        key = self.conversation.key(item["id"])
+        if item.get("role") != "assistant" or key.turn_id is None:
+            raise ClientError(INVALID_VALUE, "only the audio of an assistant message Parley "
+                              "spoke can be truncated", "item_id")
+        response = self.responses.by_item(item["id"])
+        heard_ms = None if response is None else response.audio_ms
+        if heard_ms is not None and end_ms > heard_ms:
+            log.info("session %s: truncate at %d ms of %d ms of audio: taken as the end",
+                     self.id, end_ms, heard_ms)
+            end_ms = heard_ms
+        heard = await self._blocking(self._unit.truncate_reply, key.turn_id, end_ms / 1000)
+        self.conversation.update(wire.assistant_item(item["id"], heard, "incomplete"))
+        self._send(wire.event("conversation.item.truncated", item_id=item["id"],
+                              content_index=content_index, audio_end_ms=end_ms))
+
+    def _response_item(self, response: Response, item: dict, done: bool) -> None:
+        """An output item of a response in the conversation: recorded, then announced."""
+        if done:
+            self.conversation.update(item)
+            self._send(wire.event("conversation.item.done", item=item))
+            return
+        kind = ItemKind.ASSISTANT if item["type"] == "message" else ItemKind.FUNCTION_CALL
+        key = HistoryKey(turn_id=response.turn, kind=kind, call_id=item.get("call_id"))
+        previous = self.conversation.add(item, key)
+        self._send(wire.event("conversation.item.added", previous_item_id=previous, item=item))
+
+    # ------------------------------------------------------------------ responses
     async def _response_create(self, message: dict, event_id: str | None) -> None:
+        spec = response_spec(message.get("response"), self._defaults, self.conversation,
+                             self._capabilities.tool_support)
+        fresh, self._fresh_items = self._fresh_items, 0
         active = self.responses.active()
-        if not self._pending_items:
+        if not fresh and not spec.has_input and spec.request.record:
             unclaimed = [r for r in active if r.auto and not r.claimed]
             if unclaimed:  # a committed audio turn is answered already: this is its response
                 unclaimed[0].claimed = True
+                unclaimed[0].metadata = spec.metadata or unclaimed[0].metadata
                 return
             if any(marker is InputMarker.COMMIT for marker, _ in self._markers):
                 self._claims_ahead += 1  # its commit is still on its way through the VAD
                 return
-            raise ClientError("no_input", "Parley answers the user: add a message "
-                              "(conversation.item.create) or commit audio first")
-        if active:
-            raise ClientError("conversation_already_has_active_response",
-                              f"response {active[0].id} is in progress; cancel it first")
-        text = "\n".join(t for _i, t in self._pending_items)
-        self._pending_items.clear()
-        response = self.responses.start(None, False, event_id)
+        if active:  # the client answers before the reply in progress ended: it waits
+            if len(self._waiting) >= MAX_WAITING_CREATES:
+                raise ClientError("conversation_already_has_active_response",
+                                  f"response {active[0].id} is in progress and "
+                                  f"{len(self._waiting)} more wait; cancel it first")
+            self._waiting.append((spec, event_id))
+            return
+        await self._start_response(spec, event_id)
+
+    async def _start_response(self, spec: ResponseSpec, event_id: str | None) -> None:
+        request = spec.request
+        response = self.responses.start(None, False, event_id, speak=request.speak,
+                                        in_conversation=request.record, metadata=spec.metadata)
         self._saying += 1
         try:
-            turn = await self._blocking(self._unit.say, text)
+            turn = await self._blocking(self._unit.say, "", request)
         except BaseException:
             self.responses.finish(response, "failed", error={"type": wire.SERVER_ERROR,
                                                              "code": "server_error",
-                                                             "message": "the message was not taken"})
+                                                             "message": "the reply was not started"})
             raise
         finally:
             self._saying -= 1
@@ -275,8 +383,19 @@ class RealtimeSession:
         if not self._saying:
             self._orphans.clear()
 
+    async def _next_waiting(self) -> None:
+        """A response ended: start the next one a client asked for meanwhile."""
+        if self.closed or self.responses.active() or not self._waiting:
+            return
+        spec, event_id = self._waiting.popleft()
+        try:
+            await self._start_response(spec, event_id)
+        except Exception:  # logged; the client got a failed response.done
+            log.exception("session %s: a waiting response.create failed", self.id)
+
     async def _response_cancel(self, message: dict, event_id: str | None) -> None:
         active = self.responses.active()
+        self._waiting.clear()
         if not active:
             raise ClientError("response_cancel_not_active", "no response is in progress")
         for response in active:
@@ -318,6 +437,8 @@ class RealtimeSession:
             self._final(event)
         elif isinstance(event, ReplyText):
             self._for_turn(event.turn_id, lambda r: self.responses.text(r, event.text))
+        elif isinstance(event, ToolCallsMade):
+            self._for_turn(event.turn_id, lambda r: self.responses.calls(r, event.calls))
         elif isinstance(event, TurnFinished):
             record = event.record
             self._for_turn(record.turn_id, lambda r: self.responses.finish(
@@ -325,11 +446,26 @@ class RealtimeSession:
         elif isinstance(event, TurnCancelled):
             self._cancelled(event)
         elif isinstance(event, EngineError):
-            self.error("engine_error", f"{event.stage}: {event.message}", kind=wire.SERVER_ERROR)
-            for response in self.responses.active():
-                self.responses.finish(response, "failed", error={
-                    "type": wire.SERVER_ERROR, "code": "engine_error",
-                    "message": f"{event.stage}: {event.message}"})
+            self._engine_error(event)
+        self._kick_waiting()
+
+    def _engine_error(self, event: EngineError) -> None:
+        """A stage failed: the responses in flight fail with the cause. With none in
+        flight an ``error`` event says it (a client that takes every error as fatal then
+        has nothing else to go by)."""
+        message = f"{event.stage}: {event.message}"
+        active = self.responses.active()
+        if not active:
+            self.error("engine_error", message, kind=wire.SERVER_ERROR)
+        for response in active:
+            self.responses.finish(response, "failed", error={
+                "type": wire.SERVER_ERROR, "code": "engine_error", "message": message})
+
+    def _kick_waiting(self) -> None:
+        if self._waiting and not self.responses.active() and not self.closed:
+            task = asyncio.get_running_loop().create_task(self._next_waiting())
+            self._tasks.add(task)  # the loop keeps only a weak reference
+            task.add_done_callback(self._tasks.discard)
 
     def _for_turn(self, turn: int, action: Callable[[Response], None]) -> None:
         if self.closed:
@@ -379,11 +515,11 @@ class RealtimeSession:
         if not self._manual:
             self._send(wire.event("input_audio_buffer.speech_stopped", item_id=item_id,
                                   audio_end_ms=self._audio_ms(turn, Mark.SPEECH_END)))
+        item = wire.user_item(item_id, [{"type": "input_audio", "transcript": None}], "in_progress")
+        previous = self.conversation.add(item, HistoryKey(turn_id=turn, kind=ItemKind.USER))
         self._send(wire.event("input_audio_buffer.committed", item_id=item_id,
-                              previous_item_id=self._last_item))
-        item = wire.user_item(item_id, [{"type": "input_audio", "transcript": None}])
-        self._send(wire.event("conversation.item.added", previous_item_id=self._last_item, item=item))
-        self._last_item = item_id
+                              previous_item_id=previous))
+        self._send(wire.event("conversation.item.added", previous_item_id=previous, item=item))
         response = self.responses.start(turn, True)
         if self._claims_ahead:
             self._claims_ahead -= 1
@@ -414,11 +550,16 @@ class RealtimeSession:
         self._send(wire.event("conversation.item.input_audio_transcription.completed",
                               item_id=item_id, content_index=0, transcript=event.text,
                               usage={"type": "duration", "seconds": round(max(0.0, seconds), 3)}))
+        item = wire.user_item(item_id, [{"type": "input_audio", "transcript": event.text}])
+        self.conversation.update(item)
+        self._send(wire.event("conversation.item.done", item=item))
 
     def _cancelled(self, event: TurnCancelled) -> None:
         if event.reason == CancelReason.CLEARED:
-            self._items.pop(event.turn_id, None)
+            item_id = self._items.pop(event.turn_id, None)
             self._partial_sent.pop(event.turn_id, None)
+            if item_id is not None and item_id in self.conversation:
+                self.conversation.remove(item_id)
             return
         if event.reason != CancelReason.BARGE_IN:
             return  # a reopened turn goes on as the same item; its response is not made yet

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 
+from engine.backends.base import ToolSpec
 from engine.config import BargeIn, EndOfTurn, EngineConfig
 from engine.server.stream_audio import CLIENT_RATE
 
@@ -42,6 +43,11 @@ def turn_detection(config: EngineConfig) -> dict | None:
     """``audio.input.turn_detection`` for a unit's settings (None: manual commits)."""
     if config.turns.end_of_turn is EndOfTurn.MANUAL:
         return None
+    if config.turns.end_of_turn is EndOfTurn.LEARNED:
+        threshold = config.turns.end_of_turn_threshold
+        eagerness = "high" if threshold < 0.2 else "low" if threshold > 0.4 else "medium"
+        return {"type": "semantic_vad", "eagerness": eagerness, "create_response": True,
+                "interrupt_response": config.turns.barge_in is BargeIn.FULL_DUPLEX}
     return {"type": "server_vad", "threshold": config.vad.threshold,
             "silence_duration_ms": config.vad.min_silence_ms,
             "prefix_padding_ms": config.vad.pad_ms, "idle_timeout_ms": None,
@@ -49,11 +55,12 @@ def turn_detection(config: EngineConfig) -> dict | None:
             "interrupt_response": config.turns.barge_in is BargeIn.FULL_DUPLEX}
 
 
-def session_object(session_id: str, config: EngineConfig, parley: dict) -> dict:
+def session_object(session_id: str, config: EngineConfig, parley: dict, *, speak: bool = True,
+                   tools: tuple[ToolSpec, ...] = (), tool_choice: str = "auto") -> dict:
     """The ``session`` of ``session.created`` / ``session.updated``."""
     return {
         "type": "realtime", "object": "realtime.session", "id": session_id, "model": "parley",
-        "output_modalities": ["audio"],
+        "output_modalities": modalities(speak),
         "instructions": config.llm.system_prompt,
         "max_output_tokens": config.llm.max_new_tokens,
         "audio": {
@@ -63,9 +70,17 @@ def session_object(session_id: str, config: EngineConfig, parley: dict) -> dict:
             "output": {"format": dict(PCM_FORMAT), "voice": config.tts.voice,
                        "speed": config.tts.speed},
         },
-        "tools": [], "tool_choice": "auto",
+        "tools": [{"type": "function", "name": t.name, "description": t.description,
+                   "parameters": dict(t.parameters)} for t in tools],
+        "tool_choice": tool_choice if tool_choice in ("auto", "none", "required")
+        else {"type": "function", "name": tool_choice},
         "parley": parley,
     }
+
+
+def modalities(speak: bool) -> list[str]:
+    """``output_modalities``: audio (with its transcript), or text only."""
+    return ["audio"] if speak else ["text"]
 
 
 def user_item(item_id: str, content: list[dict], status: str = "completed") -> dict:
@@ -74,23 +89,35 @@ def user_item(item_id: str, content: list[dict], status: str = "completed") -> d
             "status": status, "content": content}
 
 
-def assistant_item(item_id: str, transcript: str | None, status: str) -> dict:
-    """The assistant message item a response speaks into (audio plus its transcript)."""
+def assistant_item(item_id: str, transcript: str | None, status: str, speak: bool = True) -> dict:
+    """The assistant message item a response speaks into: audio plus its transcript, or
+    text only."""
+    part = ({"type": "output_audio", "transcript": transcript} if speak
+            else {"type": "output_text", "text": transcript})
     return {"id": item_id, "object": "realtime.item", "type": "message", "role": "assistant",
-            "status": status, "content": [{"type": "output_audio", "transcript": transcript}]}
+            "status": status, "content": [part]}
 
 
-def response_object(response_id: str, item: dict | None, status: str, *,
+def function_call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict:
+    """A function call the model made (``arguments``: JSON text)."""
+    return {"id": item_id, "object": "realtime.item", "type": "function_call", "status": status,
+            "call_id": call_id, "name": name, "arguments": arguments}
+
+
+def response_object(response_id: str, output: list[dict], status: str, *,
                     reason: str | None = None, error: dict | None = None,
-                    parley: dict | None = None) -> dict:
-    """A ``realtime.response`` resource; ``item`` is its one output item, if any."""
+                    parley: dict | None = None, speak: bool = True,
+                    metadata: dict | None = None, conversation_id: str | None = None) -> dict:
+    """A ``realtime.response`` resource with its ``output`` items (``conversation_id``:
+    None for an out-of-band response)."""
     details = None
     if status != "in_progress":
         details = {"type": status, "reason": reason, "error": error}
     out = {"id": response_id, "object": "realtime.response", "status": status,
-           "status_details": details, "output": [item] if item else [],
-           "output_modalities": ["audio"], "conversation_id": None,
-           "audio": {"output": {"format": dict(PCM_FORMAT)}}, "usage": None, "metadata": None}
+           "status_details": details, "output": output,
+           "output_modalities": modalities(speak),
+           "conversation_id": conversation_id,
+           "audio": {"output": {"format": dict(PCM_FORMAT)}}, "usage": None, "metadata": metadata}
     if parley is not None:
         out["parley"] = parley
     return out

@@ -7,12 +7,12 @@ import threading
 import time
 from collections.abc import Iterator
 
-from engine.backends.base import GenerationOptions, LlmModel
+from engine.backends.base import ChatMessage, GenerationOptions, LlmModel
 from engine.stages.chunker import ClauseChunker
 from engine.config import EndOfTurn
 from engine.pipeline.chat_history import ChatHistory
-from engine.pipeline.events import ReplyText
-from engine.pipeline.messages import Message, TextChunk, Transcript
+from engine.pipeline.events import ReplyText, ToolCallsMade
+from engine.pipeline.messages import Message, ReplyRequest, TextChunk, Transcript
 from engine.pipeline.metrics import Figure, Mark
 from engine.pipeline.stage import Stage, StageContext
 
@@ -63,8 +63,9 @@ class LlmStage(Stage[LlmModel]):
         if not isinstance(msg, Transcript):
             yield msg
             return
-        if not msg.text:
-            yield TextChunk(msg.turn_id, msg.generation, "", True)
+        request = msg.request or self.ctx.reply
+        if not msg.text and msg.request is None:  # nothing was said: nothing to answer
+            yield TextChunk(msg.turn_id, msg.generation, "", True, request.speak)
             return
         unit, metrics, control = self.ctx.unit, self.ctx.metrics, self.ctx.control
         turn, gen = msg.turn_id, msg.generation
@@ -73,14 +74,18 @@ class LlmStage(Stage[LlmModel]):
         # the user's message ends here, which the source stage weighs with the audio model.
         score = (self.ctx.config.turns.end_of_turn is EndOfTurn.LEARNED
                  and not self.ctx.held.committed(turn))
-        options = dataclasses.replace(GenerationOptions.from_config(config),
-                                      score_end_of_turn=score)
+        options = dataclasses.replace(
+            GenerationOptions.from_config(config), score_end_of_turn=score,
+            tools=request.tools if request.tool_choice != "none" else (),
+            tool_choice=request.tool_choice,
+            max_new_tokens=request.max_new_tokens or config.max_new_tokens)
         start = time.perf_counter()
         metrics.mark(unit, turn, Mark.LLM_START, start, True, gen)
         chunker = ClauseChunker()
         spoken: list[str] = []
         step = None
         first = True
+        speak = request.speak
 
         def should_stop() -> bool:
             return control.is_stale(turn, gen) or self.ctx.stopping.is_set()
@@ -88,9 +93,8 @@ class LlmStage(Stage[LlmModel]):
         def figure(name: Figure, value: float) -> None:
             metrics.figure(unit, turn, name, value, generation=gen)
 
-        messages = self.chat_history.messages_for(msg.text, config.system_prompt,
-                                                  config.history_turns)
-        figure(Figure.LLM_HISTORY_TURNS, sum(m["role"] == "user" for m in messages) - 1)
+        messages = self._messages(msg, request, config)
+        figure(Figure.LLM_HISTORY_TURNS, max(0, sum(m["role"] == "user" for m in messages) - 1))
         for step in self.session.generate(messages, options, should_stop):
             if step.end_of_turn_probability is not None:
                 self.ctx.turn_end.post_text(turn, gen, step.end_of_turn_probability)
@@ -103,7 +107,7 @@ class LlmStage(Stage[LlmModel]):
                     figure(Figure.LLM_FIRST_CHUNK_COMPUTE_S, time.perf_counter() - start)
                     first = False
                 spoken.append(piece)
-                yield self._chunk(turn, gen, piece)
+                yield self._chunk(turn, gen, piece, speak=speak)
             if chunker.sentences >= config.max_sentences:
                 break
         if step is not None:
@@ -125,13 +129,30 @@ class LlmStage(Stage[LlmModel]):
             if first:
                 figure(Figure.LLM_FIRST_CHUNK_COMPUTE_S, time.perf_counter() - start)
         reply = " ".join(spoken)
-        control.run_if_current(turn, gen, lambda: self.chat_history.append(turn, msg.text, reply))
-        yield self._chunk(turn, gen, rest, last=True)
+        calls = step.tool_calls if step is not None and step.finished else ()
+        if request.record:
+            # A typed turn's text is the reply's user message; a reply to the conversation
+            # as it stands (no text) adds only what the assistant said and called.
+            user = msg.text if msg.text else None
+            control.run_if_current(turn, gen, lambda: self.chat_history.append_turn(
+                turn, user, reply, calls))
+        if calls:
+            self.ctx.held.emit(turn, gen, ToolCallsMade(unit, turn, calls))
+        yield self._chunk(turn, gen, rest, last=True, speak=speak)
 
-    def _chunk(self, turn: int, gen: int, text: str, last: bool = False) -> TextChunk:
+    def _messages(self, msg: Transcript, request: ReplyRequest, config) -> list[ChatMessage]:
+        """The prompt: the request's own context, else the history, then the user's text."""
+        system = config.system_prompt if request.instructions is None else request.instructions
+        if request.context is None:
+            return self.chat_history.messages_for(msg.text or None, system, config.history_turns)
+        user = [{"role": "user", "content": msg.text}] if msg.text else []
+        return [{"role": "system", "content": system}, *request.context, *user]
+
+    def _chunk(self, turn: int, gen: int, text: str, last: bool = False,
+               speak: bool = True) -> TextChunk:
         if text:
             self.ctx.metrics.mark(self.ctx.unit, turn, Mark.TTS_FIRST_TEXT, time.perf_counter(),
                                   generation=gen)
             self.ctx.metrics.add_reply(self.ctx.unit, turn, text + " ", gen)
             self.ctx.held.emit(turn, gen, ReplyText(self.ctx.unit, turn, text))
-        return TextChunk(turn, gen, text, last)
+        return TextChunk(turn, gen, text, last, speak)

@@ -29,11 +29,12 @@ class TtsStage(Stage[TtsModel]):
             yield msg
             return
         unit, metrics, turn, gen = self.ctx.unit, self.ctx.metrics, msg.turn_id, msg.generation
-        text = speakable(msg.text)
+        text = speakable(msg.text) if msg.speak else ""
         if text:
             options = self.ctx.config.tts
             start = time.perf_counter()
             audio_s = 0.0
+            clause = msg.text  # on the clause's first chunk: playback learns what is heard when
             for chunk in self.model.synthesize(text, lambda: self.is_stale(msg), options.voice,
                                                options.speed):
                 if self.is_stale(msg):
@@ -44,7 +45,9 @@ class TtsStage(Stage[TtsModel]):
                     for name, value in chunk.figures.items():  # a remote model's network share
                         metrics.figure(unit, turn, name, value, generation=gen)
                 audio_s += len(chunk.audio) / chunk.sample_rate
-                yield AudioOut(turn, gen, chunk.audio, chunk.sample_rate, False)
+                yield AudioOut(turn, gen, chunk.audio, chunk.sample_rate, False, clause)
+                if chunk.audio.size:
+                    clause = ""
             if audio_s:
                 metrics.figure(unit, turn, Figure.TTS_COMPUTE_S, time.perf_counter() - start, True, gen)
                 metrics.figure(unit, turn, Figure.TTS_AUDIO_S, audio_s, True, gen)

@@ -406,3 +406,16 @@ def test_a_failing_sink_is_reported_and_the_sink_stage_goes_on(sink_stage):
     assert stage.drained.wait(2.0)
     assert sink.values() == [2]
     assert [(e.stage, e.message) for e in errors] == [("sink", "RuntimeError: the sound card went away")]
+
+
+def test_heard_text_follows_the_clauses_played_by_their_audio_length():
+    from engine.pipeline.playback import SpokenReply
+
+    spoken = SpokenReply()
+    spoken.add("Paris is the capital.", 1.0)
+    spoken.add("It is on the Seine river.", 0.5)
+    spoken.add("", 0.5)  # more audio of the same clause
+    assert spoken.heard(0.0) == ""
+    assert spoken.heard(1.0) == "Paris is the capital."
+    assert spoken.heard(1.5) == "Paris is the capital. It is on"  # half of the second clause
+    assert spoken.heard(9.0) == "Paris is the capital. It is on the Seine river."

@@ -12,10 +12,15 @@ import pytest
 from engine.audio.base import InputMarker
 from engine.config import BargeIn, EndOfTurn, EngineConfig
 from engine.errors import ConfigError
-from engine.pipeline.events import (EngineError, FinalTranscript, PartialTranscript, ReplyText, TurnCancelled,
-                                    TurnFinished, UserSpeaking)
+from engine.backends.base import ToolCall
+from engine.pipeline.events import (EngineError, FinalTranscript, PartialTranscript, ReplyText, ToolCallsMade,
+                                    TurnCancelled, TurnFinished, UserSpeaking)
 from engine.pipeline.metrics import Figure, Mark, TurnRecord
+from engine.backends.voices import Voice, VoiceList, openai_voice
+from engine.pipeline.chat_history import ChatHistory, ItemKind
+from engine.pipeline.messages import PLAIN_REPLY, ReplyRequest
 from engine.server.limits import TokenBucket
+from engine.server.session_update import Capabilities
 from engine.server.protocol import RealtimeSession
 from engine.server.server_settings import ServerSettings
 from engine.audio.pcm import to_pcm16 as float_to_pcm16
@@ -28,8 +33,12 @@ class FakeUnit:
 
     def __init__(self, session_box: list | None = None) -> None:
         self.config = EngineConfig().with_overrides({"turns.live_transcription": True})
+        self.chat_history = ChatHistory()
         self.applied: list[EngineConfig] = []
         self.said: list[str] = []
+        self.requests: list[ReplyRequest] = []
+        self.defaults = PLAIN_REPLY
+        self.truncated: list[tuple[int, float]] = []
         self.interrupts = 0
         self.fail_apply = False
         self.during_say = None  # called inside say(), before its turn id is returned
@@ -40,8 +49,9 @@ class FakeUnit:
         self.config = config
         self.applied.append(config)
 
-    def say(self, text):
+    def say(self, text, request=PLAIN_REPLY):
         self.said.append(text)
+        self.requests.append(request)
         if self.during_say:
             self.during_say(100 + len(self.said))
         return 100 + len(self.said)
@@ -49,11 +59,22 @@ class FakeUnit:
     def interrupt(self):
         self.interrupts += 1
 
+    def set_reply_defaults(self, request):
+        self.defaults = request
+
+    def truncate_reply(self, turn, seconds):
+        self.truncated.append((turn, seconds))
+        return "heard words"
+
 
 class FakeTts:
-    def check_voice(self, voice):
+    """A TTS with two voices, ``auto`` and ``joe``; OpenAI's names map to ``auto``."""
+
+    def voice_for(self, name):
+        voice = openai_voice(name, VoiceList((Voice("auto", "auto"), Voice("joe", "Joe")))) or name
         if voice not in ("auto", "joe"):
             raise ConfigError(f"'tts.voice' = {voice!r} is not a speaker of this voice")
+        return voice
 
 
 class Clock:
@@ -68,14 +89,15 @@ async def run_now(fn, *args):
     return fn(*args)
 
 
-def make(settings: ServerSettings | None = None, clock=None, source: StreamSource | None = None):
+def make(settings: ServerSettings | None = None, clock=None, source: StreamSource | None = None,
+         capabilities: Capabilities | None = None):
     sent: list[dict] = []
     session = RealtimeSession(sent.append, settings or ServerSettings(), run_now,
                               **({"clock": clock} if clock else {}))
     unit = FakeUnit()
     source = source or StreamSource()
-    session.attach(unit, source, unit_number=3, check_voice=FakeTts().check_voice,
-                   parley={"notes": ["a note"]})
+    session.attach(unit, source, unit_number=3, voice_for=FakeTts().voice_for,
+                   parley={"notes": ["a note"]}, capabilities=capabilities)
     return session, unit, source, sent
 
 
@@ -107,7 +129,10 @@ def test_attach_sends_session_created_with_the_units_settings():
     assert session["audio"]["input"]["turn_detection"] == {
         "type": "server_vad", "threshold": 0.5, "silence_duration_ms": 300, "prefix_padding_ms": 300,
         "idle_timeout_ms": None, "create_response": True, "interrupt_response": True}
-    assert session["parley"] == {"notes": ["a note"], "unit": 3, "live_transcription": True}
+    assert session["parley"] == {"notes": ["a note"], "unit": 3, "live_transcription": True,
+                                 "tool_support": Capabilities().tool_support,
+                                 "session_notes": [], "ignored": []}
+    assert session["output_modalities"] == ["audio"] and session["tools"] == []
 
 
 def test_session_update_maps_server_vad_instructions_and_voice():
@@ -150,26 +175,112 @@ def test_turn_detection_null_means_manual_commits_and_no_barge_in():
      "invalid_value", "session.audio.input.turn_detection.silence_duration_ms"),
     ({"audio": {"input": {"turn_detection": {"type": "server_vad", "create_response": False}}}},
      "unsupported", "session.audio.input.turn_detection.create_response"),
-    ({"audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}},
-     "unsupported", "session.audio.input.turn_detection.type"),
+    ({"audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "eager"}}}},
+     "invalid_value", "session.audio.input.turn_detection.eagerness"),
     ({"audio": {"input": {"format": {"type": "audio/pcmu"}}}},
      "unsupported", "session.audio.input.format.type"),
-    ({"audio": {"output": {"voice": "alloy"}}}, "invalid_value", "session.audio.output.voice"),
+    ({"audio": {"output": {"voice": "nobody"}}}, "invalid_value", "session.audio.output.voice"),
     ({"audio": {"output": {"voice": 7}}}, "invalid_value", "session.audio.output.voice"),
-    ({"instructions": ["not", "text"]}, "invalid_value", "session.instructions"),
-    ({"output_modalities": ["text"]}, "unsupported", "session.output_modalities"),
-    ({"type": "transcription"}, "unsupported", "session.type"),
+    ({"output_modalities": ["video"]}, "invalid_value", "session.output_modalities"),
+    ({"tools": [{"type": "function", "name": "no spaces allowed"}]}, "invalid_value",
+     "session.tools[0].name"),
 ])
-def test_bad_session_fields_are_errors_naming_the_field_and_change_nothing(session_field, code, param):
+def test_a_bad_session_field_is_refused_alone_and_the_rest_is_applied(session_field, code, param):
     session, unit, _source, sent = make()
-    before = unit.config
-    handle(session, {"type": "session.update", "event_id": "evt_1", "session": session_field})
+    handle(session, {"type": "session.update", "event_id": "evt_1",
+                     "session": {**session_field, "instructions": "Keep this."}})
     error = last_error(sent)
     assert (error["code"], error["param"], error["event_id"]) == (code, param, "evt_1")
     assert error["type"] == "invalid_request_error" and error["message"]
-    assert unit.config is before and unit.applied == []
-    handle(session, {"type": "session.update", "session": {}})  # still usable
-    assert types(sent)[-1] == "session.updated"
+    assert types(sent).count("error") == 1 and types(sent)[-1] == "session.updated"
+    assert unit.config.llm.system_prompt == "Keep this."  # the good field was not dropped
+    assert sent[-1]["session"]["instructions"] == "Keep this."
+
+
+def test_a_session_of_another_type_or_not_an_object_is_refused_whole():
+    session, unit, _source, sent = make()
+    handle(session, {"type": "session.update", "session": {"type": "transcription",
+                                                            "instructions": "No."}})
+    assert (last_error(sent)["code"], last_error(sent)["param"]) == ("unsupported", "session.type")
+    handle(session, {"type": "session.update", "session": "everything"})
+    assert last_error(sent)["param"] == "session" and unit.applied == []
+
+
+def test_what_agent_frameworks_send_by_default_is_taken_without_an_error():
+    """openai-agents: semantic_vad and an OpenAI voice; others add noise reduction, a
+    transcription model, tracing and fields from newer API versions."""
+    session, unit, _source, sent = make(capabilities=Capabilities(learned_end_of_turn=True))
+    handle(session, {"type": "session.update", "session": {
+        "type": "realtime", "model": "gpt-realtime", "instructions": "You are a pirate.",
+        "output_modalities": ["audio"], "tracing": "auto", "include": None,
+        "prompt": {"id": "pmpt_1"}, "a_field_from_the_future": {"x": 1},
+        "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000},
+                            "noise_reduction": {"type": "near_field"},
+                            "transcription": {"model": "gpt-4o-mini-transcribe", "language": "en"},
+                            "turn_detection": {"type": "semantic_vad", "eagerness": "high",
+                                               "interrupt_response": True, "create_response": True}},
+                  "output": {"format": {"type": "audio/pcm", "rate": 24000}, "voice": "ash",
+                             "speed": 1.0}}}})
+    assert "error" not in types(sent), [e for e in sent if e["type"] == "error"]
+    config = unit.config
+    assert config.llm.system_prompt == "You are a pirate."
+    assert config.turns.end_of_turn is EndOfTurn.LEARNED
+    assert config.turns.end_of_turn_threshold == 0.15  # eagerness high commits sooner
+    assert config.tts.voice == "auto"  # "ash" has no match in this voice: the default voice
+    updated = sent[-1]["session"]
+    assert updated["audio"]["input"]["turn_detection"]["type"] == "semantic_vad"
+    ignored = " ".join(updated["parley"]["ignored"])
+    for name in ("tracing", "prompt", "a_field_from_the_future", "noise_reduction"):
+        assert name in ignored
+    assert any("ash" in note for note in updated["parley"]["session_notes"])
+
+
+def test_semantic_vad_without_the_model_ends_turns_by_silence_and_says_so():
+    session, unit, _source, sent = make(capabilities=Capabilities(learned_end_of_turn=False))
+    handle(session, {"type": "session.update", "session": {
+        "audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}}})
+    assert "error" not in types(sent)
+    assert unit.config.turns.end_of_turn is EndOfTurn.SILENCE
+    assert any("silence" in note for note in sent[-1]["session"]["parley"]["session_notes"])
+
+
+def test_the_beta_api_shape_is_mapped_to_the_ga_fields():
+    session, unit, _source, sent = make()
+    handle(session, {"type": "session.update", "session": {
+        "modalities": ["text", "audio"], "voice": "joe", "input_audio_format": "pcm16",
+        "output_audio_format": "pcm16", "instructions": "Beta.",
+        "turn_detection": {"type": "server_vad", "silence_duration_ms": 400},
+        "input_audio_transcription": {"model": "whisper-1"}}})
+    assert "error" not in types(sent), [e for e in sent if e["type"] == "error"]
+    assert (unit.config.tts.voice, unit.config.vad.min_silence_ms) == ("joe", 400)
+    assert unit.config.llm.system_prompt == "Beta."
+
+
+def test_text_only_sessions_and_tools_become_the_reply_defaults():
+    session, unit, _source, sent = make(capabilities=Capabilities(tool_support=None))
+    tool = {"type": "function", "name": "get_weather", "description": "The weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+    handle(session, {"type": "session.update", "session": {
+        "output_modalities": ["text"], "tools": [tool], "tool_choice": "required"}})
+    assert "error" not in types(sent)
+    assert unit.defaults.speak is False and unit.defaults.tool_choice == "required"
+    assert [t.name for t in unit.defaults.tools] == ["get_weather"]
+    assert unit.defaults.tools[0].parameters["properties"]["city"] == {"type": "string"}
+    updated = sent[-1]["session"]
+    assert updated["output_modalities"] == ["text"] and updated["tools"][0]["name"] == "get_weather"
+
+
+def test_tools_for_a_model_that_cannot_call_them_are_refused_in_session_updated():
+    session, unit, _source, sent = make(capabilities=Capabilities(
+        tool_support="the chat template of SmolLM2 offers no tools"))
+    handle(session, {"type": "session.update", "session": {
+        "instructions": "Still applied.",
+        "tools": [{"type": "function", "name": "get_time"}]}})
+    assert "error" not in types(sent) and unit.defaults.tools == ()
+    assert unit.config.llm.system_prompt == "Still applied."
+    parley = sent[-1]["session"]["parley"]
+    assert any("get_time" in line and "SmolLM2" in line for line in parley["ignored"])
+    assert parley["tool_support"] == "the chat template of SmolLM2 offers no tools"
 
 
 # ---------------------------------------------------------------------- malformed input
@@ -182,12 +293,19 @@ def test_bad_session_fields_are_errors_naming_the_field_and_change_nothing(sessi
     ({"type": "input_audio_buffer.append", "audio": base64.b64encode(b"\x01\x02\x03").decode()},
      "invalid_audio", "audio"),
     ({"type": "input_audio_buffer.append", "audio": 12}, "invalid_value", "audio"),
-    ({"type": "conversation.item.create", "item": {"type": "message", "role": "assistant",
-                                                   "content": []}}, "unsupported", "item.role"),
+    ({"type": "conversation.item.create", "item": {"type": "message", "role": "critic",
+                                                   "content": []}}, "invalid_value", "item.role"),
+    ({"type": "conversation.item.retrieve", "item_id": "item_nope"}, "item_not_found", "item_id"),
+    ({"type": "conversation.item.delete", "item_id": 5}, "invalid_value", "item_id"),
+    ({"type": "conversation.item.truncate", "item_id": "item_nope", "audio_end_ms": 10},
+     "item_not_found", "item_id"),
+    ({"type": "response.create", "response": {"conversation": "sideways"}}, "invalid_value",
+     "response.conversation"),
+    ({"type": "response.create", "response": {"metadata": {"n": 1}}}, "invalid_value",
+     "response.metadata"),
     ({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [
         {"type": "input_audio", "audio": ""}]}}, "unsupported", "item.content[0].type"),
     ({"type": "response.cancel"}, "response_cancel_not_active", None),
-    ({"type": "response.create"}, "no_input", None),
 ])
 def test_malformed_events_get_an_error_and_the_session_stays_usable(message, code, param):
     session, _unit, _source, sent = make()
@@ -277,13 +395,14 @@ def test_a_spoken_turn_becomes_the_realtime_event_sequence():
         "conversation.item.input_audio_transcription.delta",
         "conversation.item.input_audio_transcription.delta",
         "input_audio_buffer.speech_stopped", "input_audio_buffer.committed",
-        "conversation.item.added", "response.created", "response.output_item.added",
-        "response.content_part.added",
-        "conversation.item.input_audio_transcription.completed",
+        "conversation.item.added", "response.created",
+        "conversation.item.input_audio_transcription.completed", "conversation.item.done",
+        "response.output_item.added", "conversation.item.added", "response.content_part.added",
         "response.output_audio_transcript.delta", "response.output_audio.delta",
         "response.output_audio_transcript.delta", "response.output_audio.delta",
         "response.output_audio.done", "response.output_audio_transcript.done",
-        "response.content_part.done", "response.output_item.done", "response.done"]
+        "response.content_part.done", "response.output_item.done", "conversation.item.done",
+        "response.done"]
     by = {e["type"]: e for e in sent}
     item = by["input_audio_buffer.speech_started"]["item_id"]
     assert by["input_audio_buffer.committed"]["item_id"] == item
@@ -301,6 +420,14 @@ def test_a_spoken_turn_becomes_the_realtime_event_sequence():
     assert {e["response_id"] for e in sent if "response_id" in e} == {response["id"]}
     ids = [e["event_id"] for e in sent]
     assert len(set(ids)) == len(ids)
+    # The conversation holds the user's item (with its transcript) and the assistant's.
+    added = [e for e in sent if e["type"] == "conversation.item.added"]
+    assert [a["item"]["role"] for a in added] == ["user", "assistant"]
+    assert added[1]["previous_item_id"] == item
+    handle(session, {"type": "conversation.item.retrieve", "item_id": item})
+    assert sent[-1]["item"]["content"][0]["transcript"] == "Hello there."
+    handle(session, {"type": "conversation.item.retrieve", "item_id": response["output"][0]["id"]})
+    assert sent[-1]["item"]["content"][0]["transcript"] == "Hi. How are you?"
 
 
 def test_barge_in_cancels_the_response_in_flight():
@@ -328,26 +455,42 @@ def test_response_cancel_interrupts_the_unit():
     assert types(sent).count("response.done") == 1
 
 
-def test_engine_error_is_reported_and_fails_the_active_response():
+def test_engine_error_fails_the_active_response_and_is_an_error_event_only_without_one():
     session, _unit, _source, sent = make()
     session.on_event(UserSpeaking(3, 7, True))
     session.on_event(UserSpeaking(3, 7, False))
     session.on_event(EngineError(3, "llm", "out of memory"))
-    error = [e for e in sent if e["type"] == "error"][-1]["error"]
-    assert error["type"] == "server_error" and "llm: out of memory" in error["message"]
-    assert [e for e in sent if e["type"] == "response.done"][-1]["response"]["status"] == "failed"
+    done = [e for e in sent if e["type"] == "response.done"][-1]["response"]
+    assert done["status"] == "failed"
+    assert "llm: out of memory" in done["status_details"]["error"]["message"]
+    assert "error" not in types(sent)  # a client that takes every error as fatal goes on
+    session.on_event(EngineError(3, "microphone", "lost"))  # no response to carry it
+    error = last_error(sent)
+    assert error["type"] == "server_error" and "microphone: lost" in error["message"]
 
 
 # ---------------------------------------------------------------------- typed messages
-def test_typed_message_is_said_and_events_before_its_turn_id_are_kept():
+def on_loop(session, *events) -> None:
+    """Engine events handed to the session on a running loop (as the transport does), and
+    the tasks they start run."""
+    async def feed():
+        for event in events:
+            session.on_event(event)
+        for _ in range(5):
+            await asyncio.sleep(0)
+    asyncio.run(feed())
+
+
+def test_typed_message_enters_the_history_and_events_before_its_turn_id_are_kept():
     session, unit, _source, sent = make()
     # The reply starts streaming before say() returns its turn id to the session.
     unit.during_say = lambda turn: (session.on_event(ReplyText(3, turn, "Hello Ada.")),
                                     session.on_audio(turn, "QUJD"))
     handle(session, text_item("My name is Ada."))
     assert types(sent)[-2:] == ["conversation.item.added", "conversation.item.done"]
+    assert [(i.kind, i.text) for i in unit.chat_history.items()] == [(ItemKind.USER, "My name is Ada.")]
     handle(session, {"type": "response.create"})
-    assert unit.said == ["My name is Ada."]
+    assert unit.said == [""]  # the reply answers the conversation, which holds the message
     session.on_event(TurnFinished(3, record(101)))
     assert [e["delta"] for e in sent if e["type"] == "response.output_audio_transcript.delta"] == [
         "Hello Ada."]
@@ -355,14 +498,101 @@ def test_typed_message_is_said_and_events_before_its_turn_id_are_kept():
     assert sent[-1]["type"] == "response.done" and sent[-1]["response"]["status"] == "completed"
 
 
-def test_second_response_while_one_is_active_is_refused():
+def test_a_response_asked_for_while_one_is_active_waits_for_it():
     session, unit, _source, sent = make()
     handle(session, text_item("one"))
     handle(session, {"type": "response.create"})
     handle(session, text_item("two"))
+    handle(session, {"type": "response.create", "event_id": "second"})
+    assert "error" not in types(sent) and unit.said == [""]
+    on_loop(session, TurnFinished(3, record(101)))
+    assert unit.said == ["", ""] and types(sent).count("response.created") == 2
+    assert "error" not in types(sent)
+
+
+def test_response_create_honours_instructions_text_only_metadata_and_out_of_band():
+    session, unit, _source, sent = make()
+    handle(session, {"type": "response.create", "event_id": "greet", "response": {
+        "instructions": "Greet the user.", "output_modalities": ["text"],
+        "metadata": {"client_event_id": "abc"}}})
+    request = unit.requests[-1]
+    assert unit.said == [""]  # nothing to answer: the assistant speaks first
+    assert (request.instructions, request.speak, request.record) == ("Greet the user.", False, True)
+    created = [e for e in sent if e["type"] == "response.created"][-1]["response"]
+    assert created["metadata"] == {"client_event_id": "abc"} and created["output_modalities"] == ["text"]
+    session.on_event(ReplyText(3, 101, "Hello!"))
+    session.on_audio(101, "QUJD")  # a text-only response carries no audio
+    session.on_event(TurnFinished(3, record(101)))
+    assert [e["delta"] for e in sent if e["type"] == "response.output_text.delta"] == ["Hello!"]
+    assert "response.output_audio.delta" not in types(sent)
+    done = sent[-1]["response"]
+    assert done["metadata"] == {"client_event_id": "abc"}
+    assert done["output"][0]["content"][0] == {"type": "output_text", "text": "Hello!"}
+    # Out of band: no conversation items, and the request says so.
+    before = types(sent).count("conversation.item.added")
+    handle(session, {"type": "response.create", "response": {
+        "conversation": "none", "input": [{"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "Summarise."}]}]}})
+    request = unit.requests[-1]
+    assert request.record is False and request.context == ({"role": "user", "content": "Summarise."},)
+    session.on_event(ReplyText(3, 102, "A summary."))
+    session.on_event(TurnFinished(3, record(102)))
+    assert types(sent).count("conversation.item.added") == before
+    assert sent[-1]["response"]["conversation_id"] is None
+
+
+def test_function_calls_become_items_with_their_arguments_and_outputs_go_to_the_history():
+    session, unit, _source, sent = make()
+    session.on_event(UserSpeaking(3, 7, True))
+    session.on_event(UserSpeaking(3, 7, False))
+    call = ToolCall("call_1", "get_weather", '{"city":"Paris"}')
+    session.on_event(ToolCallsMade(3, 7, (call,)))
+    session.on_event(TurnFinished(3, record(7)))
+    kinds = types(sent)
+    for kind in ("response.function_call_arguments.delta", "response.function_call_arguments.done"):
+        assert kind in kinds
+    args = next(e for e in sent if e["type"] == "response.function_call_arguments.done")
+    assert (args["call_id"], args["name"], args["arguments"]) == ("call_1", "get_weather",
+                                                                  '{"city":"Paris"}')
+    done = sent[-1]["response"]
+    assert [o["type"] for o in done["output"]] == ["function_call"]
+    added = [e["item"]["type"] for e in sent if e["type"] == "conversation.item.added"]
+    assert added == ["message", "function_call"]
+    handle(session, {"type": "conversation.item.create", "item": {
+        "type": "function_call_output", "call_id": "call_1", "output": '{"temp_c": 21}'}})
     handle(session, {"type": "response.create"})
-    assert last_error(sent)["code"] == "conversation_already_has_active_response"
-    assert unit.said == ["one"]
+    assert "error" not in types(sent)
+    outputs = [i for i in unit.chat_history.items() if i.kind is ItemKind.FUNCTION_OUTPUT]
+    assert [(o.call_id, o.text) for o in outputs] == [("call_1", '{"temp_c": 21}')]
+    assert unit.said == [""]
+
+
+def test_items_can_be_deleted_and_an_assistant_reply_truncated():
+    session, unit, _source, sent = make()
+    handle(session, text_item("Forget me."))
+    item_id = [e for e in sent if e["type"] == "conversation.item.added"][-1]["item"]["id"]
+    handle(session, {"type": "conversation.item.delete", "item_id": item_id})
+    assert sent[-1] == {**sent[-1], "type": "conversation.item.deleted", "item_id": item_id}
+    assert unit.chat_history.items() == ()
+    handle(session, {"type": "conversation.item.retrieve", "item_id": item_id})
+    assert last_error(sent)["code"] == "item_not_found"
+    # A spoken reply, cut off: truncate keeps what was heard.
+    session.on_event(UserSpeaking(3, 7, True))
+    session.on_event(UserSpeaking(3, 7, False))
+    session.on_event(ReplyText(3, 7, "A long answer."))
+    session.on_audio(7, base64.b64encode(bytes(48000)).decode())  # 1 s of audio
+    session.on_event(TurnCancelled(3, 7, "barge-in"))
+    reply = next(e for e in sent if e["type"] == "response.output_item.added")["item"]["id"]
+    handle(session, {"type": "conversation.item.truncate", "item_id": reply, "content_index": 0,
+                     "audio_end_ms": 5000})
+    assert sent[-1]["type"] == "conversation.item.truncated"
+    assert sent[-1]["audio_end_ms"] == 1000  # past the end of what was sent: the end
+    assert unit.truncated == [(7, 1.0)]
+    handle(session, {"type": "conversation.item.retrieve", "item_id": reply})
+    assert sent[-1]["item"]["content"][0]["transcript"] == "heard words"
+    user = next(e for e in sent if e["type"] == "input_audio_buffer.committed")["item_id"]
+    handle(session, {"type": "conversation.item.truncate", "item_id": user, "audio_end_ms": 0})
+    assert (last_error(sent)["code"], last_error(sent)["param"]) == ("invalid_value", "item_id")
 
 
 # ---------------------------------------------------------------------- commit and clear
