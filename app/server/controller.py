@@ -11,6 +11,10 @@ on the GUI thread, and never queued behind (or ahead of) the desktop engine's co
 results come back as queued signals. ``pool_status()`` (the server's ``GET /v1/pool``) is
 read by a PoolPoller (a polling lane); ``latest()`` hands the GUI its newest copy without
 calling the server.
+
+With TLS (the user's certificate and key, or a self-signed one Parley makes and keeps)
+the certificate is checked, or made, before any model loads; once serving, ``tls`` holds
+its fingerprint and the CA file clients verify it with.
 """
 
 from __future__ import annotations
@@ -60,6 +64,9 @@ class ServeRequest:
     pipelines: int = 1
     api_key: str | None = field(default=None, repr=False)
     allow_origins: tuple[str, ...] = ()
+    tls_self_signed: bool = False
+    tls_cert: str | None = None  # PEM files; both or neither, and not with tls_self_signed
+    tls_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +117,9 @@ def server_settings(request: ServeRequest):
     require_aiohttp()
     settings = ServerSettings(host=request.host, port=request.port,
                               num_pipelines=request.pipelines, api_key=request.api_key,
-                              allow_origins=request.allow_origins)
+                              allow_origins=request.allow_origins,
+                              tls_self_signed=request.tls_self_signed, tls_cert=request.tls_cert,
+                              tls_key=request.tls_key)
     settings.check()
     return settings
 
@@ -167,6 +176,7 @@ class ServerController(QObject):
         self.poller = PoolPoller()
         self.state = ServerState.STOPPED
         self.url: str | None = None
+        self.tls: Any = None  # the TlsCertificate served with (engine.server.tls); None without
         self.models_loaded = 0  # models the last start really loaded (the rest were shared)
         self._serving: _Serving | None = None
         self._closing = False
@@ -189,8 +199,10 @@ class ServerController(QObject):
         def job(task: Task) -> _Serving:
             from engine.engine import Engine
             from engine.server.runner import ServerThread
+            from engine.server.tls import resolve_tls
 
             check_port_free(settings.host, settings.port)  # before minutes of loading
+            resolve_tls(settings)  # a bad file fails here too; a self-signed one is made once
             try:
                 serving.loads_before = registry.load_count()
                 serving.engine = Engine(config, registry=registry)
@@ -221,6 +233,7 @@ class ServerController(QObject):
             return
         self.url = getattr(serving.server, "url", None) or \
             f"ws://{serving.request.host}:{serving.request.port}/v1/realtime"
+        self.tls = serving.server.tls
         self.models_loaded = serving.loads_after - serving.loads_before
         self.poller.watch(serving.server)
         self._set_state(ServerState.SERVING)
@@ -236,13 +249,13 @@ class ServerController(QObject):
 
         def done(stuck: list[str]) -> None:
             self._serving = None
-            self.url = None
+            self.url = self.tls = None
             self._set_state(ServerState.STOPPED)
             self.stopped.emit(stuck)
 
         def failed(failure: Failure) -> None:
             self._serving = None
-            self.url = None
+            self.url = self.tls = None
             self._set_state(ServerState.STOPPED)
             self.stopped.emit([failure.message])
 

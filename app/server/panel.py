@@ -1,21 +1,24 @@
 """The Server tab: serve the realtime API (``parley-cli serve``) from the app.
 
-A form (host, port, pipelines, API key, allowed origins), Start/Stop, a status line
-(where it serves, or why it could not start), and two live tables: the pipeline units
+A form (host, port, pipelines, API key, allowed origins, TLS: a self-signed certificate or
+the user's certificate and key files), Start/Stop, a status line (where it serves, or why
+it could not start), the TLS certificate's fingerprint and CA file while serving over
+TLS, and two live tables: the pipeline units
 (client, state, turns, current stage, last voice-to-voice) and the shared models (device,
 memory, lock figures). The tables draw the ServerController's latest ``pool_status()``
 reading, taken on its own thread; the window's 10 Hz timer calls ``tick`` only while this
 tab is visible.
 
-Host, port, pipelines and origins persist in the app's QSettings (``ui/server_*``), saved
-when a start succeeds; the API key is never stored, logged or shown.
+Host, port, pipelines, origins and the TLS choice (``ui/server_tls_*``) persist in the
+app's QSettings (``ui/server_*``), saved when a start succeeds; the API key is never
+stored, logged or shown.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QGridLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (QCheckBox, QGridLayout, QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton,
+                               QSpinBox, QVBoxLayout, QWidget)
 
 from app.core.display import fmt_bytes, fmt_ms, model_label
 from app.core.saved_settings import set_ui_value, ui_value
@@ -79,7 +82,10 @@ class ServerPanel(QWidget):
         QWidget.setTabOrder(self.port, self.pipelines)
         QWidget.setTabOrder(self.pipelines, self.api_key)
         QWidget.setTabOrder(self.api_key, self.origins)
-        QWidget.setTabOrder(self.origins, self.start_button)
+        QWidget.setTabOrder(self.origins, self.tls_self_signed)
+        QWidget.setTabOrder(self.tls_self_signed, self.tls_cert)
+        QWidget.setTabOrder(self.tls_cert, self.tls_key)
+        QWidget.setTabOrder(self.tls_key, self.start_button)
         QWidget.setTabOrder(self.start_button, self.units_table)
         QWidget.setTabOrder(self.units_table, self.models_table)
 
@@ -120,6 +126,30 @@ class ServerPanel(QWidget):
         self.origins.setToolTip("Browser origins allowed to connect, comma-separated "
                                 "(e.g. http://localhost:3000); clients that send no Origin "
                                 "header are not affected")
+        self.tls_self_signed = QCheckBox("TLS, self-signed")
+        self.tls_self_signed.setObjectName("serverTlsSelfSigned")
+        self.tls_self_signed.setAccessibleName("TLS with a self-signed certificate")
+        self.tls_self_signed.setToolTip("Serve wss:// and https:// with a certificate Parley makes "
+                                        "once for this machine's names and addresses and keeps; "
+                                        "clients trust it with the CA file shown once serving")
+        self.tls_self_signed.toggled.connect(self._tls_choice_changed)
+        self.tls_cert = QLineEdit()
+        self.tls_cert.setObjectName("serverTlsCert")
+        self.tls_cert.setAccessibleName("TLS certificate file")
+        self.tls_cert.setPlaceholderText("none: no TLS")
+        self.tls_cert.setToolTip("Your own TLS certificate (PEM, with its chain); needs the key "
+                                 "file. Clients then connect to wss:// and https://")
+        self.tls_key = QLineEdit()
+        self.tls_key.setObjectName("serverTlsKey")
+        self.tls_key.setAccessibleName("TLS key file")
+        self.tls_key.setPlaceholderText("the certificate's key")
+        self.tls_key.setToolTip("The unencrypted PEM private key of the TLS certificate")
+        self.tls_info = QLabel("")
+        self.tls_info.setObjectName("hint")
+        self.tls_info.setAccessibleName("TLS certificate")
+        self.tls_info.setWordWrap(True)
+        self.tls_info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.tls_info.hide()
         self.start_button = QPushButton("Start serving")
         self.start_button.setObjectName("primary")
         self.start_button.setAccessibleName("Start or stop serving")
@@ -143,11 +173,18 @@ class ServerPanel(QWidget):
         grid.addWidget(self.api_key, 1, 1)
         grid.addWidget(origins_label, 1, 2)
         grid.addWidget(self.origins, 1, 3, 1, 3)
+        grid.addWidget(self.tls_self_signed, 2, 0, 1, 2)
+        for col, (text, widget) in enumerate((("Certificate", self.tls_cert), ("Key", self.tls_key))):
+            label = QLabel(text)
+            label.setBuddy(widget)
+            grid.addWidget(label, 2, 2 + 2 * col)
+            grid.addWidget(widget, 2, 3 + 2 * col)
         row = QHBoxLayout()
         row.addWidget(self.start_button)
         row.addSpacing(8)
         row.addWidget(self.status, 1)
-        grid.addLayout(row, 2, 0, 1, 6)
+        grid.addLayout(row, 3, 0, 1, 6)
+        grid.addWidget(self.tls_info, 4, 0, 1, 6)
         grid.setColumnStretch(1, 3)
         grid.setColumnStretch(3, 1)
         grid.setColumnStretch(5, 1)
@@ -162,6 +199,9 @@ class ServerPanel(QWidget):
         self.pipelines.setValue(min(MAX_PIPELINES, max(1, ui_value(self.settings, "server_pipelines", 1))))
         origins = ui_value(self.settings, "server_origins", "")
         self.origins.setText(", ".join(origins) if isinstance(origins, list) else str(origins or ""))
+        self.tls_self_signed.setChecked(ui_value(self.settings, "server_tls_self_signed", False))
+        self.tls_cert.setText(str(ui_value(self.settings, "server_tls_cert", "") or ""))
+        self.tls_key.setText(str(ui_value(self.settings, "server_tls_key", "") or ""))
 
     def _save(self, request: ServeRequest) -> None:
         if self.settings is None:
@@ -170,14 +210,27 @@ class ServerPanel(QWidget):
         set_ui_value(self.settings, "server_port", request.port)
         set_ui_value(self.settings, "server_pipelines", request.pipelines)
         set_ui_value(self.settings, "server_origins", ", ".join(request.allow_origins))
+        set_ui_value(self.settings, "server_tls_self_signed", request.tls_self_signed)
+        set_ui_value(self.settings, "server_tls_cert", request.tls_cert or "")
+        set_ui_value(self.settings, "server_tls_key", request.tls_key or "")
         self.settings.sync()
 
     def request(self) -> ServeRequest:
         """What the form asks for."""
         origins = tuple(o.strip() for o in self.origins.text().split(",") if o.strip())
+        self_signed = self.tls_self_signed.isChecked()
+        # With self-signed the file fields are greyed out: what they still hold is not sent.
+        cert = None if self_signed else self.tls_cert.text().strip() or None
+        key = None if self_signed else self.tls_key.text().strip() or None
         return ServeRequest(host=self.host.text().strip() or "127.0.0.1", port=self.port.value(),
                              pipelines=self.pipelines.value(),
-                             api_key=self.api_key.text() or None, allow_origins=origins)
+                             api_key=self.api_key.text() or None, allow_origins=origins,
+                             tls_self_signed=self_signed, tls_cert=cert, tls_key=key)
+
+    def _tls_choice_changed(self, _checked: bool = False) -> None:
+        files = self.server.state is ServerState.STOPPED and not self.tls_self_signed.isChecked()
+        self.tls_cert.setEnabled(files)
+        self.tls_key.setEnabled(files)
 
     # ------------------------------------------------------------------ start / stop
     def toggle(self) -> None:
@@ -202,8 +255,10 @@ class ServerPanel(QWidget):
                                    ServerState.STARTING: "Starting…",
                                    ServerState.STOPPING: "Stopping…"}.get(state, "Start serving"))
         self.start_button.setEnabled(not busy)
-        for w in (self.host, self.port, self.pipelines, self.api_key, self.origins):
+        for w in (self.host, self.port, self.pipelines, self.api_key, self.origins,
+                  self.tls_self_signed):
             w.setEnabled(state is ServerState.STOPPED)
+        self._tls_choice_changed()
         if state is ServerState.STOPPING:
             self._message("Stopping: closing every client…", "info")
         if not serving:
@@ -218,11 +273,19 @@ class ServerPanel(QWidget):
         self._message(f"Serving on {url} · {request.pipelines} "
                       f"pipeline{'s' if request.pipelines > 1 else ''} · {shared}", "ok")
         self.units_hint.setText("Waiting for clients…")
+        tls = self.server.tls
+        if tls is not None:
+            trust = (f" · clients verify it with the CA file {tls.ca_file}" if tls.ca_file
+                     else f" · {tls.cert_file}")
+            self.tls_info.setText(f"TLS certificate SHA-256 {tls.fingerprint}{trust}")
+            self.tls_info.show()
 
     def _start_failed(self, message: str) -> None:
         self._message(f"Could not start: {message}", "error")
 
     def _stopped(self, stuck: list) -> None:
+        self.tls_info.hide()
+        self.tls_info.setText("")
         if stuck:
             self._message("Stopped; some threads did not end in time: " + ", ".join(stuck), "error")
         else:

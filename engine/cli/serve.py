@@ -6,6 +6,12 @@ progress on stderr, and one line says where it serves:
 ``serving on ws://HOST:PORT/v1/realtime (N pipelines)``. On Ctrl-C or SIGTERM every
 connection is closed, every unit stopped and the models released; the exit status is 0.
 
+TLS: ``--tls-cert FILE --tls-key FILE`` (PEM), or ``--tls-self-signed``, which makes a
+certificate for this machine's names once and keeps it (``engine.server.tls``). Either is
+checked, and the certificate's SHA-256 fingerprint printed (with the CA file clients
+verify a self-signed one with), before any model loads; the URL is then ``wss://`` and
+the HTTP routes are ``https://``.
+
 ``engine.cli`` builds the subcommand from ``add_serve_arguments`` and calls
 ``run_serve``; this module never imports the command line back.
 """
@@ -30,6 +36,7 @@ from engine.server.server_settings import MIB, ServerSettings, check_address
 
 if TYPE_CHECKING:
     from engine.engine import Engine
+    from engine.server.tls import TlsCertificate
 
 API_KEY_ENV = "PARLEY_API_KEY"
 
@@ -57,6 +64,15 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                        help="input audio a session may have waiting for its pipeline (default 15)")
     group.add_argument("--max-events-per-s", type=float, default=200.0, metavar="RATE",
                        help="client events per second per session (default 200)")
+    group.add_argument("--tls-cert", default=None, metavar="FILE",
+                       help="serve TLS (wss://, https://) with this PEM certificate (chain); "
+                            "needs --tls-key")
+    group.add_argument("--tls-key", default=None, metavar="FILE",
+                       help="the unencrypted PEM private key of --tls-cert")
+    group.add_argument("--tls-self-signed", action="store_true",
+                       help="serve TLS with a certificate Parley makes once and keeps for this "
+                            "machine's names and addresses; prints its fingerprint and the CA "
+                            "file clients verify it with")
 
 
 def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
@@ -67,7 +83,21 @@ def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str] | No
     return ServerSettings(host=args.host, port=args.port, num_pipelines=args.num_pipelines,
                           api_key=key, allow_origins=tuple(args.allow_origin),
                           max_message_bytes=args.max_message_bytes, max_buffer_s=args.max_buffer_s,
-                          max_events_per_s=args.max_events_per_s)
+                          max_events_per_s=args.max_events_per_s, tls_cert=args.tls_cert,
+                          tls_key=args.tls_key, tls_self_signed=args.tls_self_signed)
+
+
+def show_tls(cert: TlsCertificate) -> None:
+    """Say which certificate the server uses and how a client trusts it (stderr)."""
+    if cert.ca_file is None:
+        print(f"TLS: certificate {cert.cert_file}", file=sys.stderr)
+    else:
+        kept = "made now" if cert.made else "kept"
+        print(f"TLS: self-signed certificate ({kept} in {cert.cert_file.parent}) for "
+              f"{', '.join(cert.names)}", file=sys.stderr)
+    print(f"TLS certificate SHA-256 fingerprint: {cert.fingerprint}", file=sys.stderr)
+    if cert.ca_file is not None:
+        print(f"clients verify it with the CA file {cert.ca_file}", file=sys.stderr, flush=True)
 
 
 def server_config(config: EngineConfig, args: argparse.Namespace, units: int) -> EngineConfig:
@@ -119,6 +149,11 @@ def run_serve(args: argparse.Namespace, config: EngineConfig) -> int:
     settings.check()
     require_aiohttp()
     check_address(settings)
+    from engine.server.tls import resolve_tls  # imports ssl: only when serving
+
+    tls = resolve_tls(settings)  # a bad file fails here, before minutes of loading
+    if tls is not None:
+        show_tls(tls)
     engine = load_server_engine(server_config(config, args, settings.num_pipelines))
     from engine.server.runner import ServerThread  # imports aiohttp
 

@@ -116,6 +116,8 @@ class _Resolver:
         notes = []
         if section.model == "auto":
             notes.append(f"{stage}: model auto is {model}, as {result.endpoint.host} lists it")
+        if result.note:  # e.g. its model list could not be read, but the model answered
+            notes.append(f"{stage}: {result.note}")
         return Placement(stage, spec, REMOTE, model, "auto", False, tuple(notes),
                          result.endpoint.base_url)
 

@@ -6,9 +6,24 @@ Before any route runs, a request is checked: a browser ``Origin`` not allowed wi
 ``Authorization: Bearer <key>`` (compared in constant time) is refused (401), before the
 WebSocket upgrade. Neither the key nor the header is ever logged or echoed.
 
-Each WebSocket connection claims a unit from the pool, runs a ``RealtimeSession`` on it
-and returns the unit when the client leaves. Engine events, reply audio and markers
-arrive on stage threads and reach the session only through ``call_soon_threadsafe``.
+Each WebSocket connection claims a unit from the pool before the upgrade, runs a
+``RealtimeSession`` on it and returns the unit when the client leaves (or when the
+upgrade fails). A connection the pool has no unit for is refused over plain HTTP, so a
+client counts a failed connect and backs off:
+
+- 503, ``Retry-After: S`` and ``{"error": {"type": "invalid_request_error", "code":
+  "session_limit_reached", ...}}`` when every unit is in use. S is the typical time until
+  a unit frees: the median length of recent sessions less how long the oldest current
+  one has run, from ``RETRY_AFTER_MIN_S`` to ``RETRY_AFTER_MAX_S`` seconds
+  (``RETRY_AFTER_DEFAULT_S`` before any session has ended).
+- 500 with ``{"error": {"type": "server_error", "code": "pipeline_start_failed", ...}}``
+  when starting a unit failed.
+
+A refusal is logged once per client address and reason per minute (``RefusalLog``), not
+once per try.
+
+Engine events, reply audio and markers arrive on stage threads and reach the session only
+through ``call_soon_threadsafe``.
 """
 
 from __future__ import annotations
@@ -19,17 +34,22 @@ import functools
 import hmac
 import json
 import logging
+import statistics
+import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from engine.backends.base import model_of
+from engine.backends.voices import openai_voice
 from engine.engine import Engine
 from engine.pipeline.events import Event
 from engine.recording import uses_bundled_stack
 from engine.server.pool import UnitPool
 from engine.server.protocol import RealtimeSession
+from engine.server.session_update import Capabilities
 from engine.server.server_settings import ServerSettings
 from engine.server.stream_audio import StreamSink, StreamSource
 
@@ -37,13 +57,71 @@ log = logging.getLogger("parley.server")
 
 OUTBOX_LIMIT_BYTES = 64 * 1024 * 1024  # a client this far behind in reading is dropped
 CLOSE_TIMEOUT_S = 3.0  # how long a close waits for the client's closing frame
+RETRY_AFTER_DEFAULT_S = 5  # a full pool's Retry-After before any session has ended
+RETRY_AFTER_MIN_S = 2
+RETRY_AFTER_MAX_S = 30  # a refusal is cheap (no upgrade, no unit): asking again soon is fine
+REFUSAL_LOG_PERIOD_S = 60.0
 
 
-def _refuse(status: int, code: str, message: str) -> web.Response:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return web.json_response({"error": {"type": "invalid_request_error", "code": code,
-                                        "message": message, "param": None}},
-                             status=status, headers=headers)
+def _refuse(status: int, code: str, message: str, kind: str = "invalid_request_error",
+            headers: dict[str, str] | None = None) -> web.Response:
+    headers = dict(headers or {})
+    if status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    return web.json_response({"error": {"type": kind, "code": code, "message": message,
+                                        "param": None}}, status=status, headers=headers)
+
+
+class RefusalLog:
+    """Logs a refusal at most once per client address and reason per ``period_s``: a
+    client retrying in a loop must not flood the log. The next line says how many were
+    held back."""
+
+    def __init__(self, period_s: float = REFUSAL_LOG_PERIOD_S,
+                 clock: Callable[[], float] = time.monotonic, max_addresses: int = 4096) -> None:
+        self.period_s = period_s
+        self._clock = clock
+        self._max = max_addresses
+        # (address, reason) -> (logged at, refusals held back since)
+        self._seen: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def refused(self, address: str, reason: str, message: str, *args,
+                exc_info: bool = False) -> bool:
+        """Log ``message % args`` unless ``address`` was refused for ``reason`` within the
+        period; True if it was logged."""
+        now = self._clock()
+        key = (address, reason)
+        seen = self._seen.get(key)
+        if seen is not None and now - seen[0] < self.period_s:
+            self._seen[key] = (seen[0], seen[1] + 1)
+            return False
+        if seen is None and len(self._seen) >= self._max:  # forget addresses quiet for a period
+            self._seen = {a: v for a, v in self._seen.items() if now - v[0] < self.period_s}
+            if len(self._seen) >= self._max:
+                self._seen.clear()
+        held = seen[1] if seen is not None else 0
+        self._seen[key] = (now, 0)
+        more = f" ({held} more from {address} not logged since)" if held else ""
+        log.warning(message + "%s", *args, more, exc_info=exc_info)
+        return True
+
+
+class SessionLengths:
+    """How long recent sessions held their unit: what a full pool's Retry-After says."""
+
+    def __init__(self, keep: int = 32) -> None:
+        self._recent: deque[float] = deque(maxlen=keep)
+
+    def ended(self, seconds: float) -> None:
+        self._recent.append(seconds)
+
+    def retry_after(self, running_s: list[float]) -> int:
+        """Whole seconds until a unit is likely free, given how long the current sessions
+        have run: the median session length less the oldest's age, clamped."""
+        if not self._recent:
+            return RETRY_AFTER_DEFAULT_S
+        left = statistics.median(self._recent) - max(running_s, default=0.0)
+        return int(min(RETRY_AFTER_MAX_S, max(RETRY_AFTER_MIN_S, round(left))))
 
 
 def _key_matches(header: str, key: str) -> bool:
@@ -149,6 +227,8 @@ class RealtimeApp:
         self.settings = settings
         self.executor = executor
         self.connections: set[web.WebSocketResponse] = set()
+        self.refusals = RefusalLog()
+        self.lengths = SessionLengths()
 
     def build(self) -> web.Application:
         """The application: the guard middleware, the routes, the shutdown hook."""
@@ -172,52 +252,73 @@ class RealtimeApp:
         """``GET /v1/pool``: the units, their clients and the shared models, as JSON."""
         return web.json_response(await self._blocking(self.pool.status))
 
-    def _check_voice(self, voice: str) -> None:
-        """ConfigError unless the TTS model loaded now has ``voice`` (run in the executor)."""
-        model_of(self.engine.models, "tts").check_voice(voice)
+    def _voice_for(self, name: str) -> str:
+        """The loaded TTS model's voice that a client's voice ``name`` stands for (OpenAI's
+        names by the README's table); ConfigError if it has none (run in the executor)."""
+        model = model_of(self.engine.models, "tts")
+        voice = openai_voice(name, model.voices()) or name
+        model.check_voice(voice)
+        return voice
+
+    def _capabilities(self, pipeline) -> Capabilities:
+        """What this unit's models can do, for mapping a client's session."""
+        return Capabilities(learned_end_of_turn=pipeline.turn_scorer is not None,
+                            tool_support=model_of(self.engine.models, "llm").tool_support())
 
     def _parley_info(self) -> dict:
         engine = self.engine
         return {"notes": list(engine.notes), "bundled_stack": uses_bundled_stack(engine),
                 "placements": engine.placement_dicts()}
 
-    async def realtime(self, request: web.Request) -> web.WebSocketResponse:
-        """``/v1/realtime``: claim a unit, serve the session on it, give it back."""
+    async def realtime(self, request: web.Request) -> web.StreamResponse:
+        """``/v1/realtime``: claim a unit, upgrade, serve the session on it, give it back.
+        Without a unit the answer is an HTTP error, before the upgrade (see the module doc)."""
         ws = web.WebSocketResponse(max_msg_size=self.settings.hard_message_bytes, heartbeat=30.0,
                                    timeout=CLOSE_TIMEOUT_S)
-        await ws.prepare(request)
+        if not ws.can_prepare(request):  # not a WebSocket handshake: its 400, before any unit starts
+            await ws.prepare(request)
         loop = asyncio.get_running_loop()
         outbox = Outbox(ws)
         session = RealtimeSession(outbox.put, self.settings, self._blocking)
         peer = request.transport.get_extra_info("peername") if request.transport else None
         client = f"{peer[0]}:{peer[1]}" if peer else "unknown"
+        address = str(peer[0]) if peer else "unknown"
         to_client = _hop(loop, session.on_audio)
         source = StreamSource(self.settings.max_buffer_s, on_marker=_hop(loop, session.on_marker))
         # Base64 in the sink's thread: the loop only forwards the text.
         sink = StreamSink(lambda turn, pcm: to_client(turn, base64.b64encode(pcm).decode("ascii")))
-        self.connections.add(ws)
         try:
             try:
                 lease = await self._blocking(self.pool.claim, client, source, sink)
-            except Exception:  # the engine could not start a unit: this client only (logged)
-                log.exception("starting a unit for %s failed", client)
-                session.error("server_error", "the server could not start a pipeline for this "
-                              "session", kind="server_error")
-                await outbox.close()
-                await ws.close(code=WSCloseCode.INTERNAL_ERROR, message=b"no pipeline")
-                return ws
+            except Exception:  # noqa: BLE001 - this client only; logged with its traceback
+                self.refusals.refused(address, "pipeline_start_failed", "starting a unit for %s "
+                                      "failed (answered 500)", client, exc_info=True)
+                return _refuse(500, "pipeline_start_failed", "the server could not start a "
+                               "pipeline for this session; its log says why", kind="server_error")
             if lease is None:
-                log.info("refused %s: all %d pipelines are in use", client, self.pool.size)
-                session.error("session_limit_reached", f"all {self.pool.size} pipelines are in "
-                              "use; try again later")
-                await outbox.close()
-                await ws.close(code=WSCloseCode.TRY_AGAIN_LATER, message=b"session limit reached")
-                return ws
+                return self._full(address, client)
+            try:
+                await ws.prepare(request)
+            except Exception:  # the client left mid-upgrade: its unit goes back at once
+                log.info("the WebSocket upgrade for %s failed: releasing unit %d", client, lease.unit)
+                await self._blocking(self.pool.release, lease)
+                raise
+            self.connections.add(ws)
             await self._serve(ws, session, lease, source, loop)
         finally:
             self.connections.discard(ws)
             await outbox.close()
         return ws
+
+    def _full(self, address: str, client: str) -> web.Response:
+        """503 for a client the pool has no unit for, with when to try again."""
+        now = time.perf_counter()
+        retry = self.lengths.retry_after([now - lease.claimed_at for lease in self.pool.leases()])
+        self.refusals.refused(address, "session_limit_reached", "refused %s: all %d pipelines "
+                              "are in use (answered 503, Retry-After %d s)", client,
+                              self.pool.size, retry)
+        return _refuse(503, "session_limit_reached", f"all {self.pool.size} pipelines are in use; "
+                       f"try again in {retry} s", headers={"Retry-After": str(retry)})
 
     async def _serve(self, ws, session: RealtimeSession, lease, source, loop) -> None:
         on_event = _hop(loop, session.on_event)
@@ -229,8 +330,9 @@ class RealtimeApp:
 
         unsubscribe = self.engine.subscribe(listen)
         try:
-            session.attach(lease.pipeline, source, unit_number=unit, check_voice=self._check_voice,
-                           metrics=self.engine.metrics, parley=self._parley_info())
+            session.attach(lease.pipeline, source, unit_number=unit, voice_for=self._voice_for,
+                           metrics=self.engine.metrics, parley=self._parley_info(),
+                           capabilities=self._capabilities(lease.pipeline))
             async for message in ws:
                 if message.type is WSMsgType.TEXT:
                     await session.handle_text(message.data)
@@ -243,6 +345,7 @@ class RealtimeApp:
         finally:
             session.close()
             unsubscribe()
+            self.lengths.ended(time.perf_counter() - lease.claimed_at)
             await self._blocking(self.pool.release, lease)
 
     async def _on_shutdown(self, app: web.Application) -> None:

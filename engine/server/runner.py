@@ -3,8 +3,10 @@
 ``ServerThread`` is what the CLI, the app's Server panel and the benchmark use: it runs
 the server on its own event loop in a background thread over an engine that is already
 loaded. ``start`` returns once the server listens (or raises a ParleyError saying why
-not: the port is in use...), ``stop`` closes every connection, stops their units and
-joins the thread. The engine stays loaded; its owner closes it.
+not: the port is in use, a TLS file cannot be used...), ``stop`` closes every
+connection, stops their units and joins the thread. The engine stays loaded; its owner
+closes it. With TLS settings the one listening socket speaks TLS only: the WebSocket
+(``wss://``) and the HTTP routes (``https://``) alike.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from engine.errors import ParleyError
 from engine.server.app import RealtimeApp
 from engine.server.pool import UnitPool
 from engine.server.server_settings import ServerSettings
+from engine.server.tls import TlsCertificate, resolve_tls, server_context
 
 log = logging.getLogger("parley.server")
 
@@ -41,13 +44,21 @@ class RealtimeServer:
                                            thread_name_prefix="parley-server")
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
+        self.tls: TlsCertificate | None = None  # set by start when the settings ask for TLS
 
     async def start(self) -> None:
-        """Listen; a ParleyError if the address cannot be used."""
+        """Listen; a ParleyError if the address or a TLS file cannot be used."""
+        try:  # a self-signed certificate may be made here: in the executor, not on the loop
+            self.tls = await asyncio.get_running_loop().run_in_executor(
+                self.executor, resolve_tls, self.settings)
+            ssl_context = None if self.tls is None else server_context(self.tls)
+        except ParleyError:
+            self.executor.shutdown(wait=True)
+            raise
         app = RealtimeApp(self.engine, self.pool, self.settings, self.executor).build()
         runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT_S, handle_signals=False)
         await runner.setup()
-        site = web.TCPSite(runner, self.settings.host, self.settings.port)
+        site = web.TCPSite(runner, self.settings.host, self.settings.port, ssl_context=ssl_context)
         try:
             await site.start()
         except OSError as exc:
@@ -57,11 +68,22 @@ class RealtimeServer:
                               f"{exc.strerror or exc}") from None
         self._runner = runner
         self.port = site.port
+        # Loaded now (its first client may have to wait ~0.1 s for it), so that a client's
+        # semantic_vad can map to learned end of turn.
+        why = await asyncio.get_running_loop().run_in_executor(
+            self.executor, self.engine.offer_learned_end_of_turn)
+        if why is not None:
+            log.info("semantic_vad will map to silence: %s", why)
 
     @property
     def url(self) -> str:
-        """``ws://host:port/v1/realtime``."""
+        """``ws://host:port/v1/realtime`` (``wss://`` with TLS)."""
         return self.settings.url(self.port)
+
+    @property
+    def http_url(self) -> str:
+        """``http://host:port/v1`` (``https://`` with TLS): the root of the HTTP routes."""
+        return self.settings.http_url(self.port)
 
     async def stop(self) -> None:
         """Close every connection, stop every unit, stop listening. Idempotent."""
@@ -87,8 +109,18 @@ class ServerThread:
 
     @property
     def url(self) -> str:
-        """``ws://host:port/v1/realtime`` (the real port once started)."""
+        """``ws://host:port/v1/realtime`` (the real port once started; ``wss://`` with TLS)."""
         return self.server.url
+
+    @property
+    def http_url(self) -> str:
+        """``http://host:port/v1`` (``https://`` with TLS)."""
+        return self.server.http_url
+
+    @property
+    def tls(self) -> TlsCertificate | None:
+        """The certificate served with (its fingerprint, the CA file); None without TLS."""
+        return self.server.tls
 
     @property
     def port(self) -> int | None:

@@ -1,4 +1,5 @@
-"""ServerSettings: where the realtime server listens, who may use it, and its limits."""
+"""ServerSettings: where the realtime server listens, who may use it, its limits, and its
+TLS certificate (``engine.server.tls`` reads and makes the files)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,11 @@ class ServerSettings:
     at ``HARD_LIMIT_FACTOR`` times it. ``max_buffer_s``: seconds of input audio a session
     may have waiting for its pipeline. ``max_events_per_s``: a token bucket per session,
     refilled at that rate, holding at most one second's worth.
+
+    TLS: ``tls_cert`` and ``tls_key`` name PEM files (``--tls-cert``/``--tls-key``, both or
+    neither), or ``tls_self_signed`` has Parley make and keep a certificate for this
+    machine's names (``--tls-self-signed``). With either, the WebSocket and the HTTP
+    routes are served over TLS only (``wss://``, ``https://``).
     """
 
     host: str = "127.0.0.1"
@@ -36,11 +42,19 @@ class ServerSettings:
     max_message_bytes: int = MIB
     max_buffer_s: float = 15.0
     max_events_per_s: float = 200.0
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_self_signed: bool = False
 
     @property
     def loopback(self) -> bool:
         """True when only this machine can connect."""
         return self.host in LOOPBACK_HOSTS
+
+    @property
+    def tls(self) -> bool:
+        """True when the server speaks TLS (its own files, or a self-signed certificate)."""
+        return self.tls_self_signed or bool(self.tls_cert or self.tls_key)
 
     @property
     def hard_message_bytes(self) -> int:
@@ -68,15 +82,29 @@ class ServerSettings:
             raise ConfigError(f"--max-buffer-s must be from 0.1 to 3600; got {self.max_buffer_s}")
         if not (math.isfinite(self.max_events_per_s) and 1 <= self.max_events_per_s <= 100000):
             raise ConfigError(f"--max-events-per-s must be from 1 to 100000; got {self.max_events_per_s}")
+        if self.tls_self_signed and (self.tls_cert or self.tls_key):
+            raise ConfigError("--tls-self-signed makes its own certificate: pass it alone, or "
+                              "--tls-cert FILE --tls-key FILE without it")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            given, missing = ("--tls-cert", "--tls-key") if self.tls_cert else ("--tls-key", "--tls-cert")
+            raise ConfigError(f"{given} needs {missing} too: TLS takes the certificate and its "
+                              "private key (PEM files), or --tls-self-signed")
         for origin in self.allow_origins:
             if not origin or origin != origin.strip():
                 raise ConfigError(f"--allow-origin {origin!r}: expected an origin such as "
                                   "http://localhost:3000")
 
     def url(self, port: int | None = None) -> str:
-        """The WebSocket URL clients connect to."""
+        """The WebSocket URL clients connect to (``wss://`` with TLS)."""
+        return f"{'wss' if self.tls else 'ws'}://{self._netloc(port)}/v1/realtime"
+
+    def http_url(self, port: int | None = None) -> str:
+        """The root of the HTTP routes (``https://host:port/v1``, ``http://`` without TLS)."""
+        return f"{'https' if self.tls else 'http'}://{self._netloc(port)}/v1"
+
+    def _netloc(self, port: int | None) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"ws://{host}:{self.port if port is None else port}/v1/realtime"
+        return f"{host}:{self.port if port is None else port}"
 
 
 def check_address(settings: ServerSettings) -> None:

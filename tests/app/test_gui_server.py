@@ -333,3 +333,73 @@ def test_serving_two_clients_beside_the_desktop_conversation(window, qtbot, tmp_
     assert all(m.refs == 1 for m in registry.loaded()) and len(registry.loaded()) == 4
     window.close()
     assert window.shutdown_stuck == [] and not server.poller.running
+
+
+# ---------------------------------------------------------------------- TLS
+def test_the_tls_options_of_the_form(qtbot, gui_settings):
+    gui_settings.setValue("ui/server_tls_self_signed", True)
+    gui_settings.setValue("ui/server_tls_cert", "/etc/parley/cert.pem")
+    w = MainWindow(EngineConfig(), gui_settings, autoload=False)
+    qtbot.addWidget(w)
+    p = w.server_panel
+    for widget in (p.tls_self_signed, p.tls_cert, p.tls_key, p.tls_info):
+        assert widget.accessibleName(), widget.objectName()
+    assert p.tls_self_signed.isChecked() and not p.tls_cert.isEnabled() and not p.tls_key.isEnabled()
+    request = p.request()
+    assert request.tls_self_signed and (request.tls_cert, request.tls_key) == (None, None)
+    p.tls_self_signed.setChecked(False)
+    assert p.tls_cert.isEnabled() and p.tls_key.isEnabled()
+    p.tls_key.setText(" /etc/parley/key.pem ")
+    request = p.request()
+    assert not request.tls_self_signed
+    assert (request.tls_cert, request.tls_key) == ("/etc/parley/cert.pem", "/etc/parley/key.pem")
+    assert not p.tls_info.isVisible()
+    qtbot.waitUntil(lambda: not w.controller.worker.busy, timeout=120_000)
+    w.close()
+
+
+def test_a_bad_tls_file_is_an_error_before_anything_loads(window, qtbot, tmp_path):
+    p, server = window.server_panel, window.server_panel.server
+    window.tabs.setCurrentWidget(window.pages["Server"])
+    p.port.setValue(free_port())
+    p.tls_cert.setText(str(tmp_path / "cert.pem"))
+    p.start_button.click()  # a certificate without its key: refused at once
+    assert server.state is ServerState.STOPPED
+    assert "--tls-cert needs --tls-key too" in p.status.text()
+    p.tls_key.setText(str(tmp_path / "key.pem"))
+    with qtbot.waitSignal(server.start_failed, timeout=30_000):
+        p.start_button.click()
+    assert f"TLS certificate {tmp_path / 'cert.pem'} (--tls-cert): no such file" in p.status.text()
+    assert p.status.property("level") == "error" and server.state is ServerState.STOPPED
+    assert window.controller.registry.load_count() == 0  # it failed before loading anything
+    assert window.settings.value("ui/server_tls_cert") is None  # saved only once serving
+
+
+@pytest.mark.slow
+def test_serving_over_tls_with_a_self_signed_certificate(window, qtbot):
+    import ssl
+    import urllib.request
+
+    from engine.server.tls import fingerprint
+
+    p, server = window.server_panel, window.server_panel.server
+    window.tabs.setCurrentWidget(window.pages["Server"])
+    port = free_port()
+    p.port.setValue(port)
+    p.tls_self_signed.setChecked(True)
+    p.start_button.click()
+    qtbot.waitUntil(lambda: server.state is ServerState.SERVING, timeout=300_000)
+    assert p.status.text().startswith(f"Serving on wss://127.0.0.1:{port}/v1/realtime · 1 pipeline")
+    tls = server.tls
+    assert tls is not None and tls.ca_file is not None and tls.ca_file.is_file()
+    assert tls.fingerprint == fingerprint(tls.cert_file.read_bytes())
+    assert p.tls_info.isVisible()
+    assert p.tls_info.text() == (f"TLS certificate SHA-256 {tls.fingerprint} · clients verify it "
+                                 f"with the CA file {tls.ca_file}")
+    context = ssl.create_default_context(cafile=str(tls.ca_file))
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}/v1/pool", timeout=10, context=context) as r:
+        assert r.status == 200 and json.loads(r.read())["num_pipelines"] == 1
+    assert window.settings.value("ui/server_tls_self_signed") in (True, "true")
+    p.start_button.click()
+    qtbot.waitUntil(lambda: server.state is ServerState.STOPPED, timeout=30_000)
+    assert not p.tls_info.isVisible() and server.tls is None
