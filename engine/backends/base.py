@@ -167,7 +167,9 @@ class ToolSpec:
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """A call the model made: ``arguments`` is the JSON object text it wrote (checked)."""
+    """A call the model made: ``arguments`` is the JSON object it wrote, checked (an offered
+    function, an object) and kept as compact JSON text; ``call_id`` is the server's id, or
+    a fresh ``call_<hex>`` for a local model."""
 
     call_id: str
     name: str
@@ -175,7 +177,9 @@ class ToolCall:
 
 
 #: ``tool_choice``: "auto" (the model decides), "none" (no tools offered), "required"
-#: (it must call one), or the name of the one function it must call.
+#: (it must call one), or the name of the one function it must call. A remote server
+#: enforces it; a local model is offered only the named function and asked for a call in
+#: a last system message (``engine.backends.llm.tool_calls.choice_hint``), no guarantee.
 ToolChoice = str
 
 

@@ -1,5 +1,9 @@
 """Language-model backends (one module per backend, imported lazily by name)."""
 
+import json
+import re
+from pathlib import Path
+
 from engine.errors import ModelError
 
 
@@ -22,3 +26,28 @@ def reusable_prefix(cached: list[int], prompt: list[int]) -> int:
     while common < limit and cached[common] == prompt[common]:
         common += 1
     return common
+
+
+_QUANT_SUFFIX = re.compile(r"\.(?:I?Q\d\w*|F16|F32|BF16)$", re.IGNORECASE)
+
+
+def display_name(folder: Path) -> str:
+    """The model's name for messages, from the folder it was loaded from.
+
+    A hub snapshot (``models--org--Name/snapshots/<sha>``) is ``Name``; a converted GGUF
+    (``Name.Q4_1-<hash>`` beside ``parley_source.json``) is ``Name``; any other folder is
+    its own name.
+    """
+    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
+        return folder.parent.parent.name.split("--")[-1]
+    from engine.backends.llm.gguf_convert import SOURCE_FILE
+
+    source = folder / SOURCE_FILE
+    if source.is_file():
+        try:
+            gguf = json.loads(source.read_text(encoding="utf-8")).get("gguf", "")
+        except (OSError, ValueError):
+            gguf = ""
+        if gguf:
+            return _QUANT_SUFFIX.sub("", Path(gguf).stem)
+    return folder.name

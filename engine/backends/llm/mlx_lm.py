@@ -17,6 +17,12 @@ Each pipeline unit gets its own ``MlxLmSession``, which keeps the conversation's
 (``make_prompt_cache``) between turns and trims it (``trim_prompt_cache``) to the common
 prefix of the new prompt, so a turn prefills only its new tokens. Penalties (repetition,
 no-repeat n-grams) look at the reply only, as in the transformers backend.
+
+Tools work as in the transformers backend (``engine.backends.llm.tool_calls``): a chat
+template in a call format we read renders the offered tools and the reply goes through a
+``ToolCallSplitter`` (mlx-lm's detokenizer keeps special tokens, so the markers arrive as
+text); "required" or a function's name offers only that tool and asks for a call in a last
+system message, which the model may still answer in words.
 """
 
 from __future__ import annotations
@@ -29,10 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from engine.backends import mlx_guard
-from engine.backends.llm import check_context, reusable_prefix
-from engine.backends.base import (GenerationOptions, LlmModel, LlmSession, LlmStep, LoadRequest, Progress,
-                                  no_progress)
+from engine.backends.llm import check_context, display_name, reusable_prefix
+from engine.backends.base import (ChatMessage, GenerationOptions, LlmModel, LlmSession, LlmStep, LoadRequest,
+                                  Progress, no_progress)
 from engine.backends.llm.sampling import SAMPLING_TOP_K, NgramBlocker
+from engine.backends.llm.tool_calls import (CallFilter, ToolCallError, ToolFormat, no_tools_reason,
+                                            offered_tools, render_chat, tool_format)
 from engine.errors import ConfigError, DeviceError, MissingDependencyError, ModelError
 from engine.runtime.hub import offline as hub_offline
 from engine.runtime.mlx_lock import MlxLock, get_mlx_lock, unit_of_current_thread
@@ -127,7 +135,9 @@ class MlxLm(LlmModel):
         self.model: Any = model  # an mlx.nn.Module; None once closed
         self.tokenizer = tokenizer  # mlx_lm TokenizerWrapper
         self.folder = folder
-        self.name = folder.name
+        self.name = display_name(folder)
+        #: The call format the chat template asks for; None: it offers no tools we read.
+        self.tool_format: ToolFormat | None = tool_format(tokenizer.chat_template)
         self.lock: MlxLock = lock
         self.compute_device = compute_device  # "gpu" or "cpu": MLX's own default device
         self.context_tokens = context_tokens
@@ -136,6 +146,10 @@ class MlxLm(LlmModel):
     def new_session(self, unit: int | None = None) -> MlxLmSession:
         """A conversation with its own KV cache; ``unit`` labels its lock holds."""
         return MlxLmSession(self, unit)
+
+    def tool_support(self) -> str | None:
+        """None when the chat template renders tools in a format we parse, else why not."""
+        return None if self.tool_format else no_tools_reason(self.name)
 
     def warmup(self) -> None:
         """Generate one token from a short prompt: MLX sets up its kernels on first use."""
@@ -195,17 +209,20 @@ class MlxLmSession(LlmSession):
         self._cache = None
         self._cached_ids = []
 
-    def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
-        """The chat template applied to ``messages``, with the assistant turn opened."""
-        ids = self.llm.tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                     tokenize=True, enable_thinking=False)
+    def prompt_ids(self, messages: list[ChatMessage], options: GenerationOptions | None = None) -> list[int]:
+        """The chat template applied to ``messages`` (with the tools ``options`` offer, if
+        any), with the assistant turn opened."""
+        llm = self.llm
+        ids = render_chat(llm.tokenizer, llm.name, llm.tool_format, messages, options,
+                          add_generation_prompt=True, tokenize=True, enable_thinking=False)
         return list(ids)
 
-    def generate(self, messages: list[dict[str, str]], options: GenerationOptions,
+    def generate(self, messages: list[ChatMessage], options: GenerationOptions,
                  should_stop: Callable[[], bool]) -> Iterator[LlmStep]:
         """Stream the reply to ``messages``, one step per generated token.
 
-        The last step has ``finished=True`` (end-of-turn token or ``max_new_tokens``).
+        The last step has ``finished=True`` (end-of-turn token or ``max_new_tokens``) and
+        the calls the model made, if tools were offered (``tool_calls``).
         ``should_stop()`` is checked before every token; when true the reply ends with no
         further step. Iterate in the thread that owns this session.
         """
@@ -213,7 +230,9 @@ class MlxLmSession(LlmSession):
         max_new_tokens = options.max_new_tokens
         if max_new_tokens < 1:
             raise ConfigError(f"'llm.max_new_tokens' = {max_new_tokens}: it must be at least 1")
-        prompt = self.prompt_ids(messages)
+        tools = offered_tools(options)
+        calls = CallFilter(llm.tool_format if tools else None, tools)
+        prompt = self.prompt_ids(messages, options)
         check_context(len(prompt), max_new_tokens, llm.context_tokens)
         if should_stop():
             return
@@ -257,11 +276,14 @@ class MlxLmSession(LlmSession):
                 finished = response.finish_reason is not None
                 decoding = now - t_first
                 rate = (reply_tokens - 1) / decoding if reply_tokens > 1 and decoding > 0 else 0.0
-                yield LlmStep(text=response.text, tokens=reply_tokens, prompt_tokens=len(fresh),
+                text, tool_calls = calls.split(response.text, finished)
+                yield LlmStep(text=text, tokens=reply_tokens, prompt_tokens=len(fresh),
                               prefill_seconds=prefill_seconds, tokens_per_second=rate,
-                              peak_memory_bytes=peak, finished=finished)
+                              peak_memory_bytes=peak, finished=finished, tool_calls=tool_calls)
                 if finished:
                     return
+        except ToolCallError:
+            raise  # a malformed call in a complete reply: the cache holds what was generated
         except Exception:
             failed = True  # the cache may hold part of a failed step: trust nothing in it
             raise

@@ -13,16 +13,25 @@ timeout, 429, 5xx, a connection lost); once a token was handed on, a lost stream
 the turn with an error and is never asked for again, so no reply is heard twice.
 When ``should_stop()`` turns true (barge-in, a reopened turn) the stream is closed at
 the next delta, which closes the connection: the server sees the client go and stops.
+
+Tools: offered tools go out as the request's ``tools`` and ``tool_choice`` (OpenAI chat
+format; the server enforces "required" and a named function). The call deltas
+(``delta.tool_calls``: index, id, name, argument pieces) are joined per index and checked
+like a local model's calls (an offered name, arguments a JSON object), and arrive on the
+last step; content text still streams as steps. Messages carrying ``tool_calls`` or with
+role ``tool`` are sent as they are.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from engine.backends.base import (GenerationOptions, LlmModel, LlmSession, LlmStep, LoadRequest, Progress,
-                                  no_progress)
+from engine.backends.base import (ChatMessage, GenerationOptions, LlmModel, LlmSession, LlmStep, LoadRequest,
+                                  Progress, ToolCall, ToolSpec, no_progress)
+from engine.backends.llm.tool_calls import call_from_json_text, offered_tools
 from engine.backends.remote import Endpoint, RemoteClient, Retrier
 from engine.runtime.devices import Device
 from engine.config import LlmConfig
@@ -57,6 +66,11 @@ class RemoteLlm(LlmModel):
     def new_session(self) -> RemoteLlmSession:
         return RemoteLlmSession(self)
 
+    def tool_support(self) -> str | None:
+        """None: the request carries the tools; whether the model behind the server can
+        use them is the server's to say (it refuses the request, or never calls one)."""
+        return None
+
     def close(self) -> None:
         self.client.close()
 
@@ -73,7 +87,7 @@ class RemoteLlmSession(LlmSession):
         """A new conversation: nothing to forget here (the server keeps no cache of ours)."""
         self.figures = {}
 
-    def _request(self, messages: list[dict[str, str]], options: GenerationOptions):
+    def _request(self, messages: list[ChatMessage], options: GenerationOptions):
         extra: dict = {}
         if options.repetition_penalty != 1.0:
             extra["repetition_penalty"] = options.repetition_penalty
@@ -84,12 +98,17 @@ class RemoteLlmSession(LlmSession):
             "model": self.llm.model, "messages": messages, "stream": True,
             "max_tokens": options.max_new_tokens, "temperature": options.temperature,
             "stream_options": {"include_usage": True}, "extra_body": extra or None}
+        if options.tools:
+            request["tools"] = [t.as_openai() for t in options.tools]
+            request["tool_choice"] = _openai_tool_choice(options.tool_choice)
         return self.llm.client.openai.chat.completions.create(**request)
 
-    def generate(self, messages: list[dict[str, str]], options: GenerationOptions,
+    def generate(self, messages: list[ChatMessage], options: GenerationOptions,
                  should_stop: Callable[[], bool]) -> Iterator[LlmStep]:
-        """Stream the reply to ``messages``: a step per delta, the last one ``finished``."""
+        """Stream the reply to ``messages``: a step per delta, the last one ``finished``
+        (with the calls the model made, ``tool_calls``, when tools were offered)."""
         client = self.llm.client
+        offered_tools(options)  # a tool_choice that names no offered tool: ConfigError, no request
         retrier = Retrier(client.endpoint, should_stop)
         self.figures = {}
         while True:
@@ -105,7 +124,7 @@ class RemoteLlmSession(LlmSession):
                 raise error from None
             self._network(client)
             try:
-                yield from self._steps(stream, started, should_stop, retrier)
+                yield from self._steps(stream, started, should_stop, retrier, options.tools)
                 return
             except _Retry:
                 continue
@@ -123,8 +142,9 @@ class RemoteLlmSession(LlmSession):
         self.figures = figures
 
     def _steps(self, stream, started: float, should_stop: Callable[[], bool],
-               retrier: Retrier) -> Iterator[LlmStep]:
+               retrier: Retrier, tools: Sequence[ToolSpec]) -> Iterator[LlmStep]:
         client = self.llm.client
+        calls: dict[int, _CallParts] = {}
         tokens = 0
         prompt_tokens = 0
         usage_tokens = None
@@ -140,6 +160,8 @@ class RemoteLlmSession(LlmSession):
                 for choice in chunk.choices or ():
                     delta = getattr(choice, "delta", None)
                     text = (getattr(delta, "content", None) or "") if delta is not None else ""
+                    for part in (getattr(delta, "tool_calls", None) or ()) if delta is not None else ():
+                        calls.setdefault(int(part.index or 0), _CallParts()).add(part)
                     if choice.finish_reason:
                         finish = choice.finish_reason
                     if not text:
@@ -176,7 +198,35 @@ class RemoteLlmSession(LlmSession):
         rate = (tokens - 1) / (now - t_first) if tokens > 1 and now > t_first else 0.0
         yield LlmStep(text="", tokens=count, prompt_tokens=prompt_tokens,
                       prefill_seconds=prefill or (now - started), tokens_per_second=rate,
-                      finished=True)
+                      finished=True, tool_calls=tuple(calls[i].call(tools) for i in sorted(calls)))
+
+
+def _openai_tool_choice(choice: str) -> str | dict[str, Any]:
+    """``tool_choice`` in the request: "auto", "none", "required", or the named function."""
+    if choice in ("auto", "none", "required"):
+        return choice
+    return {"type": "function", "function": {"name": choice}}
+
+
+@dataclass
+class _CallParts:
+    """One streamed call (``delta.tool_calls`` of one index): its id, name and argument
+    pieces as they arrive (the id and name usually in the first delta)."""
+
+    call_id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+    def add(self, part) -> None:
+        self.call_id = self.call_id or (part.id or "")
+        function = part.function
+        if function is not None:
+            self.name += function.name or ""
+            self.arguments.append(function.arguments or "")
+
+    def call(self, tools: Sequence[ToolSpec]) -> ToolCall:
+        """The joined call, checked against the offered ``tools`` (ToolCallError if not)."""
+        return call_from_json_text(self.name, "".join(self.arguments), tools, self.call_id or None)
 
 
 class _Retry(Exception):

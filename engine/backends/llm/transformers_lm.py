@@ -6,6 +6,13 @@ every pipeline unit; each unit gets its own ``TransformersLlmSession``, which ow
 conversation's KV cache and keeps it between turns, so a turn prefills only the tokens
 that differ from what the cache already holds. Forward passes of all sessions on one
 model are serialized by the model's lock; sessions interleave token by token.
+
+Tools (``engine.backends.llm.tool_calls``): a chat template in a call format we read
+renders the offered tools, and the reply goes through a ``ToolCallSplitter``: call text is
+in no step's ``text``, the calls are on the last step; marker tokens are decoded even where
+they are special tokens. A template cannot force a call ("required", a function's name):
+only the named tool is offered and a last system message asks for a call (``choice_hint``);
+the model may still answer in words, which is then its reply.
 """
 
 from __future__ import annotations
@@ -17,10 +24,12 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from engine.backends.llm import check_context, reusable_prefix
-from engine.backends.base import (GenerationOptions, LlmModel, LlmSession, LlmStep, LoadRequest, Progress,
-                                  no_progress)
+from engine.backends.llm import check_context, display_name, reusable_prefix
+from engine.backends.base import (ChatMessage, GenerationOptions, LlmModel, LlmSession, LlmStep, LoadRequest,
+                                  Progress, ToolCall, no_progress)
 from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token
+from engine.backends.llm.tool_calls import (MARKERS, CallFilter, ToolFormat, no_tools_reason, offered_tools,
+                                            render_chat, tool_format)
 from engine.errors import ConfigError, DeviceError, ModelError
 from engine.runtime.hub import offline as hub_offline
 from engine.runtime.memory import torch_weights_bytes
@@ -155,6 +164,9 @@ class TransformersLlm(LlmModel):
         self.model = model
         self.tokenizer = tokenizer
         self.folder = folder
+        self.name = display_name(folder)
+        #: The call format the chat template asks for; None: it offers no tools we read.
+        self.tool_format: ToolFormat | None = tool_format(tokenizer.chat_template)
         # One forward pass at a time on this model, measured.
         self.lock: MlxLock = model_lock("llm model lock")
         first = next(model.parameters())
@@ -172,6 +184,16 @@ class TransformersLlm(LlmModel):
     def new_session(self) -> TransformersLlmSession:
         """A fresh conversation (empty KV cache) for one pipeline unit."""
         return TransformersLlmSession(self)
+
+    def tool_support(self) -> str | None:
+        """None when the chat template renders tools in a format we parse, else why not."""
+        return None if self.tool_format else no_tools_reason(self.name)
+
+    def render(self, messages: list[ChatMessage], options: GenerationOptions | None,
+               add_generation_prompt: bool) -> str:
+        """``messages`` through the chat template as text, with the tools ``options`` offer."""
+        return render_chat(self.tokenizer, self.name, self.tool_format, messages, options,
+                           add_generation_prompt=add_generation_prompt, tokenize=False)
 
     def warmup(self) -> None:
         """Run a one-token reply so the first real turn does not pay for lazy setup."""
@@ -242,33 +264,35 @@ class TransformersLlmSession(LlmSession):
         self._cache = None
         self._cached_ids = []
 
-    def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
-        """The token ids of ``messages`` rendered by the chat template, ready for a reply."""
-        tok = self.llm.tokenizer
-        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return list(tok(text, add_special_tokens=False)["input_ids"])
+    def prompt_ids(self, messages: list[ChatMessage], options: GenerationOptions | None = None) -> list[int]:
+        """The token ids of ``messages`` rendered by the chat template, ready for a reply
+        (with the tools ``options`` offer, if any)."""
+        text = self.llm.render(messages, options, add_generation_prompt=True)
+        return list(self.llm.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def generate(self, messages: list[dict[str, str]], options: GenerationOptions,
+    def generate(self, messages: list[ChatMessage], options: GenerationOptions,
                  should_stop: Callable[[], bool]) -> Iterator[LlmStep]:
         """Stream the reply to ``messages``, one step per generated token.
 
-        The last step has ``finished=True`` (end-of-turn token or ``max_new_tokens``).
-        When ``should_stop()`` turns true (checked before every token) the reply ends
-        with no further step. Iterate in the thread that owns this session.
+        The last step has ``finished=True`` (end-of-turn token or ``max_new_tokens``)
+        and the calls the model made, if tools were offered (``tool_calls``). When
+        ``should_stop()`` turns true (checked before every token) the reply ends with no
+        further step. Iterate in the thread that owns this session.
         """
         import torch
 
         llm = self.llm
         opts = options
         max_new_tokens = options.max_new_tokens
-        prompt = self.prompt_ids(messages)
+        tools = offered_tools(options)
+        prompt = self.prompt_ids(messages, options)
         check_context(len(prompt), max_new_tokens, llm.context_tokens)
         if should_stop():
             return
         started = time.perf_counter()
         end_of_turn = None
         with torch.inference_mode():
-            cut = self._user_text_end(messages, prompt) if options.score_end_of_turn else None
+            cut = self._user_text_end(messages, options, prompt) if options.score_end_of_turn else None
             if cut is None:
                 prefilled = self._prefill(prompt)
                 logits = self._run(prompt[len(prompt) - prefilled:])
@@ -284,7 +308,9 @@ class TransformersLlmSession(LlmSession):
 
         reply: list[int] = []
         ngrams = NgramBlocker(opts.no_repeat_ngram_size)
-        text = _TextStream(llm.tokenizer)
+        fmt = llm.tool_format if tools else None
+        text = _TextStream(llm.tokenizer, MARKERS[fmt] if fmt else ())
+        calls = CallFilter(fmt, tools)
         t_first = 0.0
         while True:
             with torch.inference_mode():
@@ -296,22 +322,22 @@ class TransformersLlmSession(LlmSession):
             first_step_extra = {"end_of_turn_probability": end_of_turn} if not reply else {}
             if token in llm.stop_ids:
                 # The end-of-turn token cost a forward pass too: count it in the rate.
-                yield self._step(text.flush(), reply, len(reply), prefilled, prefill_seconds,
-                                 t_first, now, True, **first_step_extra)
+                yield self._step(*calls.split(text.flush(), True), reply, len(reply), prefilled,
+                                 prefill_seconds, t_first, now, True, **first_step_extra)
                 return
             reply.append(token)
             ngrams.add(token)
             last = len(reply) >= max_new_tokens
             piece = text.push(reply) + (text.flush() if last else "")
-            yield self._step(piece, reply, len(reply) - 1, prefilled, prefill_seconds,
-                             t_first, now, last, **first_step_extra)
+            yield self._step(*calls.split(piece, last), reply, len(reply) - 1, prefilled,
+                             prefill_seconds, t_first, now, last, **first_step_extra)
             if last or should_stop():
                 return
             with torch.inference_mode():
                 logits = self._run([token])
 
-    def _step(self, piece: str, reply: list[int], forwards: int, prefilled: int,
-              prefill_seconds: float, t_first: float, now: float, finished: bool,
+    def _step(self, piece: str, tool_calls: tuple[ToolCall, ...], reply: list[int], forwards: int,
+              prefilled: int, prefill_seconds: float, t_first: float, now: float, finished: bool,
               end_of_turn_probability: float | None = None) -> LlmStep:
         # The first token comes from the prefill's logits; the rate counts decode passes
         # since then (0.0 until there is one).
@@ -319,15 +345,16 @@ class TransformersLlmSession(LlmSession):
         return LlmStep(text=piece, tokens=len(reply), prompt_tokens=prefilled,
                        prefill_seconds=prefill_seconds, tokens_per_second=rate,
                        peak_memory_bytes=self.llm.memory_bytes(), finished=finished,
-                       end_of_turn_probability=end_of_turn_probability)
+                       end_of_turn_probability=end_of_turn_probability, tool_calls=tool_calls)
 
-    def _user_text_end(self, messages: list[dict[str, str]], prompt: list[int]) -> int | None:
+    def _user_text_end(self, messages: list[ChatMessage], options: GenerationOptions,
+                       prompt: list[int]) -> int | None:
         """Where in ``prompt`` the last user message's text ends (before its end-of-message
         token), or None when the chat template does not allow telling."""
         tok, end = self.llm.tokenizer, self.llm.end_of_message_id
         if end is None or not messages or messages[-1].get("role") != "user":
             return None
-        text = tok.apply_chat_template(messages, add_generation_prompt=False, tokenize=False)
+        text = self.llm.render(messages, options, add_generation_prompt=False)
         marker = tok.convert_ids_to_tokens(end)
         cut = text.rfind(marker) if isinstance(marker, str) else -1
         if cut <= 0:
@@ -368,17 +395,21 @@ class _TextStream:
     Decodes a short window of recent tokens twice (with and without the newest ones) and
     emits the difference, holding text back while it ends in a partial UTF-8 character
     (U+FFFD). Decoding a window rather than the whole reply keeps this O(1) per token.
+    Special tokens are skipped, except those named in ``keep`` (a tool format's markers).
     """
 
-    def __init__(self, tokenizer) -> None:
+    def __init__(self, tokenizer, keep: tuple[str, ...] = ()) -> None:
         self.tokenizer = tokenizer
         self.ids: list[int] = []
         self.prefix = 0  # window start
         self.read = 0  # tokens whose text has been emitted
         self.emitted = ""
+        self.dropped = _special_ids(tokenizer, keep) if keep else None
 
     def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        if self.dropped is None:
+            return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return self.tokenizer.decode([i for i in ids if i not in self.dropped], skip_special_tokens=False)
 
     def push(self, ids: list[int]) -> str:
         """The text that ``ids`` (the whole reply so far) adds to what was emitted."""
@@ -400,3 +431,10 @@ class _TextStream:
             self.emitted = full
             return piece
         return ""
+
+
+def _special_ids(tokenizer, keep: tuple[str, ...]) -> frozenset[int]:
+    """The ids a decode that skips special tokens drops, less the tokens named in ``keep``."""
+    special = set(tokenizer.all_special_ids)
+    special.update(i for i, token in tokenizer.added_tokens_decoder.items() if token.special)
+    return frozenset(i for i in special if tokenizer.convert_ids_to_tokens(i) not in keep)
