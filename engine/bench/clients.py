@@ -41,6 +41,7 @@ import numpy as np
 
 from engine.audio.pcm import frame_rms, to_pcm16
 from engine.errors import ParleyError
+from engine.runtime.stats import percentile
 
 if TYPE_CHECKING:
     import aiohttp  # imported where a client connects: the bench runs without the server extra
@@ -57,6 +58,30 @@ class BenchRunError(ParleyError):
     timeout. Exit status 1 (bad arguments are a ConfigError, status 2)."""
 
     exit_code = 1
+
+
+class SessionRefused(BenchRunError):
+    """The server had no unit for this client: an HTTP 503 before the WebSocket upgrade
+    (``how`` = ``http_503``, with the seconds of its ``Retry-After`` if it sent one), or
+    after it an ``error`` event with code ``session_limit_reached`` and / or close code
+    1013 (``how`` = ``session_limit_reached``; no Retry-After)."""
+
+    def __init__(self, message: str, how: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.how = how
+        self.retry_after_s = retry_after_s
+
+
+REFUSED_CODE = "session_limit_reached"  # the error code of a full server
+TRY_AGAIN_LATER = 1013  # its close code
+
+
+def retry_after(value: str | None) -> float | None:
+    """A ``Retry-After`` header in seconds (the delay-seconds form); None if absent or
+    an HTTP date (the server's clock is not this one's)."""
+    if value is None or not value.strip().isdigit():
+        return None
+    return float(value.strip())
 
 
 # -- the recording ---------------------------------------------------------------------
@@ -174,6 +199,7 @@ class TurnTracker:
     transcripts: list[str] = field(default_factory=list)
     speech_stopped_ms: list[int] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    error_codes: list[str | None] = field(default_factory=list)  # one per ``errors`` entry
     session_created: bool = False
     session_updated: bool = False
 
@@ -188,6 +214,7 @@ class TurnTracker:
             err = event.get("error") or {}
             code = f" ({err['code']})" if err.get("code") else ""
             self.errors.append(f"{err.get('type', 'error')}{code}: {err.get('message', event)}")
+            self.error_codes.append(err.get("code") if isinstance(err.get("code"), str) else None)
         elif kind == "session.created":
             self.session_created = True
         elif kind == "session.updated":
@@ -208,6 +235,7 @@ class TurnTracker:
                 response.audio_bytes += len(base64.b64decode(event.get("delta", ""), validate=True))
             except (binascii.Error, ValueError, TypeError):
                 self.errors.append("response.output_audio.delta carries audio that is not base64")
+                self.error_codes.append(None)
         elif kind == "response.done":
             body = event.get("response") or {}
             response = self._response(str(body.get("id", "")))
@@ -275,17 +303,28 @@ class TurnResult:
                 "late_chunks": self.late_chunks}
 
 
+def latency_summary(values: list[float]) -> dict:
+    """n, p50, p95, min, max (seconds, rounded) of voice-to-voice samples."""
+    def r(value: float | None) -> float | None:
+        return None if value is None else round(value, 4)
+
+    return {"n": len(values), "p50_s": r(percentile(values, 50)), "p95_s": r(percentile(values, 95)),
+            "min_s": r(min(values)) if values else None, "max_s": r(max(values)) if values else None}
+
+
 def speech_end_time(tracker: TurnTracker, utterance: Utterance, sent: list[float],
-                    chunk_s: float = CHUNK_S) -> tuple[float, float, str]:
+                    chunk_s: float = CHUNK_S, offset_s: float = 0.0) -> tuple[float, float, str]:
     """When the chunk holding the last speech sample was sent (``sent[i]``: when chunk i
     went out): (that time, the end of speech in seconds, where it came from).
 
     The end of speech is the server's last ``speech_stopped.audio_end_ms`` when it lies
-    inside the streamed audio, else the recording's ``speech_end``.
+    inside the streamed audio, else the recording's ``speech_end``. ``offset_s``: where
+    this recording starts on the session's audio clock (not 0 for a second recording in
+    one session: the server counts from the session's first sample, gaps included).
     """
     step = utterance.chunk_samples(chunk_s)
     if tracker.speech_stopped_ms:
-        sample = round(tracker.speech_stopped_ms[-1] * utterance.rate / 1000)
+        sample = round((tracker.speech_stopped_ms[-1] / 1000 - offset_s) * utterance.rate)
         if 0 < sample <= utterance.samples:
             index = min(len(sent) - 1, (sample - 1) // step)
             return sent[index], sample / utterance.rate, "server_vad"
@@ -294,9 +333,9 @@ def speech_end_time(tracker: TurnTracker, utterance: Utterance, sent: list[float
 
 
 def turn_result(client: int, tracker: TurnTracker, utterance: Utterance, sent: list[float],
-                late_chunks: int = 0, chunk_s: float = CHUNK_S) -> TurnResult:
+                late_chunks: int = 0, chunk_s: float = CHUNK_S, offset_s: float = 0.0) -> TurnResult:
     """The result of a complete turn (``tracker.complete`` at ``speech_end_time``)."""
-    speech_end_t, speech_end_s, source = speech_end_time(tracker, utterance, sent, chunk_s)
+    speech_end_t, speech_end_s, source = speech_end_time(tracker, utterance, sent, chunk_s, offset_s)
     reply = tracker.reply(speech_end_t)
     if reply is None or reply.first_audio_t is None:
         raise BenchRunError(f"client {client}: no reply audio after the end of speech")
@@ -345,6 +384,8 @@ class RealtimeClient:
         self._reader: asyncio.Task | None = None
         self._changed = asyncio.Event()
         self._closed: str | None = None
+        self.close_code: int | None = None  # the server's, once it closed the socket
+        self.stream_origin: float | None = None  # when the first stream of the session began
 
     async def __aenter__(self) -> RealtimeClient:
         await self.connect()
@@ -357,7 +398,9 @@ class RealtimeClient:
         return BenchRunError(f"client {self.client}: {what}")
 
     async def connect(self) -> None:
-        """Open the socket, wait for ``session.created``, update the session."""
+        """Open the socket, wait for ``session.created``, update the session.
+
+        A full server is a ``SessionRefused`` (a BenchRunError): see that class."""
         import aiohttp
 
         self._session = aiohttp.ClientSession()
@@ -367,15 +410,29 @@ class RealtimeClient:
             timeout = aiohttp.ClientWSTimeout(ws_close=5.0)  # pyright: ignore[reportCallIssue]
             self._ws = await self._session.ws_connect(self.url, timeout=timeout, max_msg_size=0,
                                                       autoping=True)
+        except aiohttp.WSServerHandshakeError as exc:
+            await self.close()
+            if exc.status == 503:
+                wait = retry_after((exc.headers or {}).get("Retry-After"))
+                raise SessionRefused(f"client {self.client}: the server answered 503 (full)",
+                                     "http_503", wait) from None
+            raise self._fail(f"cannot connect to {self.url}: HTTP {exc.status} {exc.message}") from None
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             await self.close()
             raise self._fail(f"cannot connect to {self.url}: {exc}") from None
         self._reader = asyncio.create_task(self._read())
-        await self._wait(lambda: self.tracker.session_created, self.connect_timeout, "session.created")
+        try:
+            await self.wait_until(lambda: self.tracker.session_created, self.connect_timeout,
+                                  "session.created")
+        except BenchRunError as exc:
+            if REFUSED_CODE in self.tracker.error_codes or self.close_code == TRY_AGAIN_LATER:
+                await self.close()
+                raise SessionRefused(str(exc), REFUSED_CODE) from None
+            raise
         if self.session_update is not None:
             await self.send(self.session_update)
-            await self._wait(lambda: self.tracker.session_updated, self.connect_timeout,
-                             "session.updated")
+            await self.wait_until(lambda: self.tracker.session_updated, self.connect_timeout,
+                                  "session.updated")
 
     async def _read(self) -> None:
         import aiohttp
@@ -396,12 +453,12 @@ class RealtimeClient:
                     break
                 self._changed.set()
         finally:
+            self.close_code = ws.close_code
             if self._closed is None:
-                code = ws.close_code
-                self._closed = f"the server closed the connection (code {code})"
+                self._closed = f"the server closed the connection (code {ws.close_code})"
             self._changed.set()
 
-    async def _wait(self, done: Callable[[], bool], timeout: float, what: str) -> None:
+    async def wait_until(self, done: Callable[[], bool], timeout: float, what: str) -> None:
         """Until ``done()``; a server error, a closed socket or the timeout raise."""
         deadline = self.clock() + timeout
         while True:
@@ -434,6 +491,8 @@ class RealtimeClient:
 
         Returns (when each chunk was sent, how many went out more than one chunk late).
         """
+        if self.stream_origin is None:
+            self.stream_origin = start
         chunks = utterance.chunks(chunk_s)
         sent, late = [], 0
         for chunk, due in zip(chunks, deadlines(start, chunks, utterance.rate)):
@@ -452,14 +511,17 @@ class RealtimeClient:
     async def turn(self, utterance: Utterance, start: float, timeout: float,
                    chunk_s: float = CHUNK_S) -> TurnResult:
         """Stream the utterance from ``start``, wait (``timeout`` s after the stream's end)
-        for the reply to be done, and measure it."""
+        for the reply to be done, and measure it. A later turn of the session is measured
+        from its own start (``stream_origin``)."""
         sent, late = await self.stream(utterance, start, chunk_s)
+        offset = start - (self.stream_origin if self.stream_origin is not None else start)
 
         def done() -> bool:
-            return self.tracker.complete(speech_end_time(self.tracker, utterance, sent, chunk_s)[0])
+            end_t = speech_end_time(self.tracker, utterance, sent, chunk_s, offset)[0]
+            return self.tracker.complete(end_t)
 
-        await self._wait(done, timeout, f"the reply to {Path(utterance.name).name}")
-        return turn_result(self.client, self.tracker, utterance, sent, late, chunk_s)
+        await self.wait_until(done, timeout, f"the reply to {Path(utterance.name).name}")
+        return turn_result(self.client, self.tracker, utterance, sent, late, chunk_s, offset)
 
     def _socket(self) -> aiohttp.ClientWebSocketResponse:
         if self._ws is None:

@@ -16,6 +16,12 @@ Two measurements, each against real ``parley-cli serve`` processes on loopback p
   holding the last speech sample was sent, the end of speech being where the server's
   VAD put it). p50/p95/min/max per C.
 
+- **Load** (``--load``, instead of both). One server with ``--pipelines`` units and
+  ``--clients`` clients (more than units) for ``--duration`` seconds: they connect, are
+  refused and retry (honouring ``Retry-After``), stream speech at real time, barge in,
+  drop mid-turn and reconnect; admitted / refused / answered counts, voice-to-voice and
+  the server's RSS from start to end (``engine.bench.load``).
+
 Each client has its own connection, and so its own fresh unit, per turn. The server's
 settings are the engine flags given here (passed through to ``serve``); the environment
 (``HF_HUB_OFFLINE``, ``PARLEY_CACHE_DIR``...) is the caller's.
@@ -45,9 +51,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.bench.clients import (CHUNK_S, SILENCE_TAIL_S, BenchRunError, TurnResult, Utterance,
-                                  concurrent_turns, get_json)
+                                  concurrent_turns, get_json, latency_summary)
+from engine.bench.load import LoadPlan, format_load_report, run_load
 from engine.errors import ConfigError, run_command
-from engine.runtime.stats import percentile
 
 PROG = "parley-cli bench serve"
 MAX_UNITS = 64  # what ``serve --num-pipelines`` accepts
@@ -57,6 +63,13 @@ DEFAULT_INPUT = "resources/audio/jfk.flac"
 DEFAULT_MEMORY_INPUT = "resources/audio/one_two_three_44k.wav"
 SERVING = re.compile(r"serving on (ws://\S+)")
 MIB = 1024 * 1024
+DEFAULTS = {"unit_counts": "1,2,4,8", "clients": "1,2,4", "runs": 3,
+            "memory_input": DEFAULT_MEMORY_INPUT}  # of the memory and latency measurements
+LOAD_DEFAULTS = {"clients": "16", "pipelines": 4, "duration": 180.0, "seed": 0, "retry_s": 1.0,
+                 "barge_input": DEFAULT_MEMORY_INPUT}
+LATENCY_ONLY = {"unit_counts": "--units", "runs": "--runs", "memory_input": "--memory-input"}
+LOAD_ONLY = {"pipelines": "--pipelines", "duration": "--duration", "seed": "--seed",
+             "retry_s": "--retry-s", "barge_input": "--barge-input"}
 
 
 def _progress(text: str) -> None:
@@ -95,23 +108,42 @@ def build_parser(add_config_flags: Callable[[argparse.ArgumentParser], None] | N
     parser = argparse.ArgumentParser(
         prog=PROG, conflict_handler="resolve",
         usage="%(prog)s [--units N,N,...] [--clients C,C,...] [--input AUDIO] [--runs N] [--json]\n"
-              "       [--port-base P] [other options] [engine settings]",
+              "       [--port-base P] [other options] [engine settings]\n"
+              "       %(prog)s --load [--clients C] [--pipelines N] [--duration S] [--seed N] [--json]\n"
+              "       [other options] [engine settings]",
         description="Benchmark the realtime server (parley-cli serve): RSS with 1..N "
-        "pipeline units, and voice-to-voice latency with concurrent clients.")
+        "pipeline units, and voice-to-voice latency with concurrent clients; or, with --load, "
+        "more clients than units for a while (refusals, barge-ins, drops, RSS over time).")
     group = parser.add_argument_group("benchmark")
     if add_config_flags is not None:
         add_config_flags(parser)
-    group.add_argument("--units", dest="unit_counts", default="1,2,4,8", metavar="N,N,...",
+    group.add_argument("--units", dest="unit_counts", metavar="N,N,...",
                        help="pipeline units per server for the memory measurement (default 1,2,4,8)")
-    group.add_argument("--clients", default="1,2,4", metavar="C,C,...",
-                       help="concurrent clients for the latency measurement (default 1,2,4)")
+    group.add_argument("--clients", metavar="C,C,...",
+                       help="concurrent clients for the latency measurement (default 1,2,4); "
+                            "with --load one count (default 16)")
     group.add_argument("--input", default=DEFAULT_INPUT, metavar="AUDIO",
                        help=f"recording the latency clients stream (default {DEFAULT_INPUT})")
-    group.add_argument("--memory-input", default=DEFAULT_MEMORY_INPUT, metavar="AUDIO",
+    group.add_argument("--memory-input", metavar="AUDIO",
                        help="recording of the one turn per unit of the memory measurement "
                             f"(default {DEFAULT_MEMORY_INPUT})")
-    group.add_argument("--runs", type=int, default=3, metavar="N",
+    group.add_argument("--runs", type=int, metavar="N",
                        help="latency runs per client count (default 3)")
+    load = parser.add_argument_group("load (--load)")
+    load.add_argument("--load", action="store_true",
+                      help="the load run instead of the memory and latency measurements")
+    load.add_argument("--pipelines", type=int, metavar="N",
+                      help="pipeline units of the one server (default 4)")
+    load.add_argument("--duration", type=float, metavar="S",
+                      help="seconds new sessions may start for (default 180)")
+    load.add_argument("--seed", type=int, metavar="N",
+                      help="seed of the clients' choices: session kinds, drop points (default 0)")
+    load.add_argument("--retry-s", type=float, metavar="S",
+                      help="seconds a refused client waits when the server sent no Retry-After "
+                           "(default 1, with +-50%% jitter)")
+    load.add_argument("--barge-input", metavar="AUDIO",
+                      help="recording a barge-in speaks over the reply (and the warm-up turn) "
+                           f"(default {DEFAULT_MEMORY_INPUT})")
     group.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     group.add_argument("--port-base", type=int, metavar="P",
                        help="serve on ports P, P+1, ... (default: free ports the system picks)")
@@ -177,9 +209,18 @@ def server_args(args: argparse.Namespace) -> list[str]:
     return out
 
 
+def _given(args: argparse.Namespace, flags: dict[str, str]) -> list[str]:
+    return [flag for dest, flag in flags.items() if getattr(args, dest) is not None]
+
+
 def make_plan(args: argparse.Namespace, argv: list[str] | None = None) -> Plan:
     """Check every argument and read both recordings; ConfigError / AudioInputError
     (exit status 2) for anything wrong, before any server starts."""
+    if _given(args, LOAD_ONLY):
+        raise ConfigError(f"{', '.join(_given(args, LOAD_ONLY))}: only with --load")
+    for dest, default in DEFAULTS.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, default)
     units = parse_counts("--units", args.unit_counts)
     clients = parse_counts("--clients", args.clients)
     if args.runs < 1:
@@ -199,6 +240,35 @@ def make_plan(args: argparse.Namespace, argv: list[str] | None = None) -> Plan:
     memory_speech = Utterance.load(_audio_path(args.memory_input, DEFAULT_MEMORY_INPUT))
     return Plan(units, clients, args.runs, speech, memory_speech, extra, args.port_base,
                 args.start_timeout, args.turn_timeout, args.verbose, list(argv or []))
+
+
+def make_load_plan(args: argparse.Namespace) -> LoadPlan:
+    """``--load``'s arguments checked and its recordings read; ConfigError (exit status 2)
+    naming the flag for anything wrong, before the server starts."""
+    if _given(args, LATENCY_ONLY):
+        raise ConfigError(f"{', '.join(_given(args, LATENCY_ONLY))}: not used with --load "
+                          "(it runs one server of --pipelines units)")
+    for dest, default in LOAD_DEFAULTS.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, default)
+    clients = parse_counts("--clients", args.clients, upper=1024)
+    if len(clients) != 1:
+        raise ConfigError(f"--clients {args.clients!r}: --load takes one count of clients")
+    if not 1 <= args.pipelines <= MAX_UNITS:
+        raise ConfigError(f"--pipelines must be from 1 to {MAX_UNITS}; got {args.pipelines}")
+    for flag, value in (("--duration", args.duration), ("--retry-s", args.retry_s),
+                        ("--start-timeout", args.start_timeout), ("--turn-timeout", args.turn_timeout)):
+        if not 0 < value < float("inf"):
+            raise ConfigError(f"{flag} must be a positive number of seconds; got {value}")
+    if args.port_base is not None and not 1024 <= args.port_base <= 65535:
+        raise ConfigError(f"--port-base must be from 1024 to 65535; got {args.port_base}")
+    from engine.server import require_aiohttp
+
+    require_aiohttp()
+    speech = Utterance.load(_audio_path(args.input, DEFAULT_INPUT))
+    barge = Utterance.load(_audio_path(args.barge_input, DEFAULT_MEMORY_INPUT))
+    return LoadPlan(clients[0], args.pipelines, args.duration, speech, barge, args.seed, args.retry_s,
+                    args.turn_timeout)
 
 
 # -- the server process ----------------------------------------------------------------
@@ -333,15 +403,6 @@ def _ratio(value: float, base: float) -> float | None:
     return round(value / base, 3) if base else None
 
 
-def latency_summary(values: list[float]) -> dict:
-    """n, p50, p95, min, max (seconds, rounded) of voice-to-voice samples."""
-    def r(value: float | None) -> float | None:
-        return None if value is None else round(value, 4)
-
-    return {"n": len(values), "p50_s": r(percentile(values, 50)), "p95_s": r(percentile(values, 95)),
-            "min_s": r(min(values)) if values else None, "max_s": r(max(values)) if values else None}
-
-
 def _ms(values: list[float]) -> str:
     return ", ".join(f"{v * 1000:.0f} ms" for v in values)
 
@@ -459,6 +520,29 @@ async def run_plan(plan: Plan, live: list[ServerProcess] | None = None) -> dict:
     }
 
 
+async def run_load_server(plan: LoadPlan, args: argparse.Namespace, argv: list[str],
+                          live: list[ServerProcess]) -> dict:
+    """``--load``: one server of ``plan.pipelines`` units, the load run against it, and the
+    process tree's RSS (psutil) beside the pool's; the JSON document of ``--json``."""
+    extra = server_args(args)
+    port = args.port_base if args.port_base is not None else free_port()
+    server = ServerProcess(plan.pipelines, port, extra, args.verbose)
+    live.append(server)
+    _progress(f"starting parley-cli serve --num-pipelines {plan.pipelines} on port {port}")
+    started = time.monotonic()
+    try:
+        await asyncio.to_thread(server.start, args.start_timeout)
+        startup_s = time.monotonic() - started
+        rss_start = server.rss()
+        doc = await run_load(server.ws_url, server.pool_url, plan, _progress)
+        doc["rss"]["process_tree_start_bytes"] = rss_start
+        doc["rss"]["process_tree_end_bytes"] = server.rss()
+    finally:
+        await asyncio.to_thread(server.stop)
+    return {"command": " ".join([PROG, *argv]), "server_args": extra, "startup_s": round(startup_s, 1),
+            "chunk_s": CHUNK_S, "silence_tail_s": SILENCE_TAIL_S, **doc}
+
+
 # -- output ----------------------------------------------------------------------------
 
 def _stack(models: list[dict]) -> str:
@@ -518,15 +602,17 @@ def main(argv: list[str], add_config_flags: Callable[[argparse.ArgumentParser], 
     def measure() -> int:
         live: list[ServerProcess] = []
         try:
-            plan = make_plan(args, argv)
-            doc = asyncio.run(run_plan(plan, live))
+            if args.load:
+                doc = asyncio.run(run_load_server(make_load_plan(args), args, argv, live))
+            else:
+                doc = asyncio.run(run_plan(make_plan(args, argv), live))
         finally:
             for server in live:  # stopped already unless interrupted; stop() is idempotent
                 server.stop()
         if args.json:
             print(json.dumps(doc, indent=2, ensure_ascii=False))
         else:
-            print(format_report(doc))
+            print(format_load_report(doc) if args.load else format_report(doc))
         return 0
 
     return run_command(measure)

@@ -87,7 +87,7 @@ class Conversation:
         del self._items[item_id], self._keys[item_id]
 
     def __contains__(self, item_id: object) -> bool:
-        return item_id in self._items
+        return isinstance(item_id, str) and item_id in self._items
 
 
 def client_item(item: Any, param: str = "item") -> tuple[dict, HistoryItem]:
@@ -119,7 +119,7 @@ def client_item(item: Any, param: str = "item") -> tuple[dict, HistoryItem]:
         arguments = expect(item.get("arguments", "{}"), "string", f"{param}.arguments")
         try:
             json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ClientError(INVALID_VALUE, f"'{param}.arguments' is not JSON text",
                               f"{param}.arguments") from None
         wired = wire.function_call_item(item_id, call_id, name, arguments, "completed")
@@ -135,7 +135,7 @@ _TEXT_PARTS = {"user": ("input_text",), "system": ("input_text",),
 
 def _message(item: dict, item_id: str, param: str) -> tuple[dict, HistoryItem]:
     role = item.get("role")
-    if role not in _TEXT_PARTS:
+    if not isinstance(role, str) or role not in _TEXT_PARTS:
         raise ClientError(INVALID_VALUE, f"'{param}.role' must be user, assistant or system; "
                           f"got {role!r}", f"{param}.role")
     parts = expect(item.get("content"), "array", f"{param}.content")

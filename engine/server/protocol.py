@@ -64,6 +64,22 @@ if TYPE_CHECKING:
 log = logging.getLogger("parley.server")
 
 MAX_WAITING_CREATES = 4  # response.create calls waiting for the response in progress
+MAX_DEPTH = 32  # JSON nesting an event may have (a tool's parameters schema included)
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """True when ``value`` nests lists and objects more than ``limit`` levels deep."""
+    level = [value]
+    for _ in range(limit + 1):
+        level = [v for x in level for v in (x.values() if isinstance(x, dict) else x)
+                 if isinstance(v, dict | list)] if level else []
+        if not level:
+            return False
+    return True
 
 
 class Unit(Protocol):
@@ -184,12 +200,16 @@ class RealtimeSession:
                        f"{self._settings.max_message_bytes} (send audio in smaller appends)")
             return
         try:
-            message = json.loads(data)
+            message = json.loads(data, parse_constant=_no_constant)
         except (ValueError, RecursionError):
-            self.error("invalid_json", "the message is not valid JSON")
+            self.error("invalid_json", "the message is not valid JSON (NaN and Infinity are "
+                       "not JSON numbers)")
             return
         if not isinstance(message, dict):
             self.error("invalid_json", "a client event must be a JSON object")
+            return
+        if _deeper_than(message, MAX_DEPTH):
+            self.error("invalid_json", f"the event nests deeper than {MAX_DEPTH} levels")
             return
         event_id = message.get("event_id")
         if event_id is not None and not isinstance(event_id, str):
@@ -279,6 +299,8 @@ class RealtimeSession:
     # ------------------------------------------------------------------ items
     async def _item_create(self, message: dict, event_id: str | None) -> None:
         after = message.get("previous_item_id")
+        if after is not None:
+            expect(after, "string", "previous_item_id")
         if after is not None and after != "root" and after not in self.conversation:
             self.conversation.get(after, "previous_item_id")  # raises item_not_found
         wired, item = client_item(message.get("item"))

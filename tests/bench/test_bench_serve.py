@@ -1,20 +1,25 @@
 """``parley-cli bench serve``: arguments, timing helpers, the report, the client against a
-fake Realtime server, the server process wrapper, and one real run on the offline stack."""
+fake Realtime server, the server process wrapper, the load run (``--load``) against a fake
+server that refuses both ways, and one real run of each on the offline stack."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import json
+import random
 import sys
+import time
 
 import numpy as np
 import pytest
 
 from engine.bench import serve as bench_serve
-from engine.bench.clients import (CLIENT_RATE, BenchRunError, RealtimeClient, TurnTracker, Utterance,
-                                  concurrent_turns, deadlines, speech_end, speech_end_time, to_pcm16,
-                                  turn_result)
+from engine.bench.clients import (CLIENT_RATE, BenchRunError, RealtimeClient, SessionRefused, TurnTracker,
+                                  Utterance, concurrent_turns, deadlines, retry_after, speech_end,
+                                  speech_end_time, to_pcm16, turn_result)
+from engine.bench.load import LoadPlan, LoadStats, format_load_report, play_session, run_load
 from engine.bench.serve import (ServerProcess, format_report, latency_summary, make_plan, parse_counts,
                                 server_args)
 from engine.cli.main import add_config_flags, build_parser, main
@@ -66,6 +71,15 @@ def no_servers(monkeypatch):
     (["--port-base", "80"], "--port-base must be from 1024"),
     (["--input", "no/such.wav"], "no such file: no/such.wav"),
     (["--llm-temperature", "9"], "'llm.temperature' must be between"),
+    (["--pipelines", "2"], "--pipelines: only with --load"),
+    (["--duration", "5", "--seed", "1"], "--duration, --seed: only with --load"),
+    (["--load", "--units", "1", "--runs", "2"], "--units, --runs: not used with --load"),
+    (["--load", "--clients", "2,4"], "--clients '2,4': --load takes one count of clients"),
+    (["--load", "--clients", "0"], "--clients '0': 0 is out of range"),
+    (["--load", "--pipelines", "0"], "--pipelines must be from 1 to 64; got 0"),
+    (["--load", "--duration", "0"], "--duration must be a positive number of seconds; got 0.0"),
+    (["--load", "--retry-s", "-1"], "--retry-s must be a positive number of seconds"),
+    (["--load", "--barge-input", "no/such.wav"], "no such file: no/such.wav"),
 ])
 def test_bad_arguments_exit_2_before_any_server_starts(no_servers, capsys, flags, fragment):
     assert main(["bench", "serve", *flags]) == 2
@@ -175,6 +189,17 @@ def test_tracker_times_the_reply_from_the_servers_end_of_speech():
     assert result.server_voice_to_voice_s == 0.5 and result.early_responses == 0
     assert result.energy_speech_end_s == pytest.approx(1.0)
     assert json.loads(json.dumps(result.as_dict()))["speech_end_source"] == "server_vad"
+
+
+def test_a_later_recording_of_the_session_is_timed_on_its_own_clock():
+    speech = Utterance.from_audio("tone", _tone(1.0), tail_s=0.5)
+    sent = _sent(speech, start=105.0)  # streamed 5 s after the session's first recording
+    tracker = TurnTracker()
+    tracker.feed(106.0, {"type": "input_audio_buffer.speech_stopped", "audio_end_ms": 900})  # the first's
+    assert speech_end_time(tracker, speech, sent, offset_s=5.0)[2] == "energy"  # not this one's yet
+    tracker.feed(106.5, {"type": "input_audio_buffer.speech_stopped", "audio_end_ms": 5900})
+    end_t, end_s, source = speech_end_time(tracker, speech, sent, offset_s=5.0)
+    assert (end_s, source) == (pytest.approx(0.9), "server_vad") and end_t == pytest.approx(105.92)
 
 
 @pytest.mark.parametrize("stopped", [None, 0, 60_000])
@@ -433,3 +458,218 @@ def test_bench_serve_on_the_offline_stack():
     turn = row["runs"][0][0]
     assert "ask not what your country can do for you" in normalize(turn["transcript"])
     assert turn["speech_end_source"] == "server_vad" and 10.0 < turn["speech_end_s"] < 11.0
+
+
+# -- the load run against a fake server ------------------------------------------------
+
+REPLY_S = 0.3  # the fake answers after this much new audio
+HOLD_S = 1.0  # and finishes the reply this long after, unless new speech cuts it
+
+
+def _load_server(capacity: int, state: dict):
+    """A fake Realtime server with ``capacity`` units: the next client is refused with a
+    503 and ``Retry-After: 1`` before the upgrade, the one after that with the
+    post-upgrade ``session_limit_reached`` error and close 1013, and so on. An admitted
+    session answers every REPLY_S of new audio; a reply still open when the next answer
+    is due is cancelled (turn_detected), as a barge-in would be."""
+    from aiohttp import WSCloseCode, web
+
+    state.update(busy=0, refusals=0, peak=0)
+
+    async def realtime(request):
+        if state["busy"] >= capacity:
+            state["refusals"] += 1
+            if state["refusals"] % 2:
+                return web.json_response({"error": {"type": "invalid_request_error",
+                                                    "code": "session_limit_reached", "message": "full",
+                                                    "param": None}},
+                                         status=503, headers={"Retry-After": "1"})
+            ws = web.WebSocketResponse()
+            await ws.prepare(request)
+            await ws.send_json({"type": "error", "error": {
+                "type": "invalid_request_error", "code": "session_limit_reached", "message": "full"}})
+            await ws.close(code=WSCloseCode.TRY_AGAIN_LATER, message=b"session limit reached")
+            return ws
+        state["busy"] += 1
+        state["peak"] = max(state["peak"], state["busy"])
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        open_replies: dict[str, asyncio.Task] = {}
+        total = since = 0
+
+        async def finish(rid: str) -> None:
+            await asyncio.sleep(HOLD_S)
+            open_replies.pop(rid, None)
+            await ws.send_json(_delta(rid))
+            await ws.send_json(_done(rid))
+
+        try:
+            await ws.send_json({"type": "session.created", "session": {}})
+            async for msg in ws:
+                event = json.loads(msg.data)
+                if event["type"] == "session.update":
+                    await ws.send_json({"type": "session.updated", "session": {}})
+                elif event["type"] == "input_audio_buffer.append":
+                    samples = len(base64.b64decode(event["audio"])) // 2
+                    total, since = total + samples, since + samples
+                    if since < REPLY_S * CLIENT_RATE:
+                        continue
+                    since = 0
+                    for rid, task in list(open_replies.items()):  # spoken over: cancelled
+                        task.cancel()
+                        del open_replies[rid]
+                        await ws.send_json(_done(rid, "cancelled"))
+                    rid = f"r{len(state.setdefault('replies', []))}"
+                    state["replies"].append(rid)
+                    for payload in ({"type": "input_audio_buffer.speech_stopped",
+                                     "audio_end_ms": round(total / CLIENT_RATE * 1000) - 50},
+                                    {"type": "response.created", "response": {"id": rid}}, _delta(rid)):
+                        await ws.send_json(payload)
+                    open_replies[rid] = asyncio.create_task(finish(rid))
+        finally:
+            for task in open_replies.values():
+                task.cancel()
+            state["busy"] -= 1
+        return ws
+
+    async def pool(request):
+        units = [{"state": "busy"}] * state["busy"] + [{"state": "free"}] * (capacity - state["busy"])
+        return web.json_response({"num_pipelines": capacity, "rss_bytes": 100 * 1024 * 1024,
+                                  "units": units, "models": []})
+
+    app = web.Application()
+    app.router.add_get("/v1/realtime", realtime)
+    app.router.add_get("/v1/pool", pool)
+    return app
+
+
+async def _with_load_server(capacity: int, state: dict, body):
+    from aiohttp import web
+
+    runner = web.AppRunner(_load_server(capacity, state))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        return await body(f"ws://127.0.0.1:{port}/v1/realtime", f"http://127.0.0.1:{port}/v1/pool")
+    finally:
+        await runner.cleanup()
+
+
+def _load_plan(clients: int = 1, duration_s: float = 1.0) -> LoadPlan:
+    speech = Utterance.from_audio("speech", _tone(0.25), tail_s=0.1)  # answered at 0.3 s
+    barge = Utterance.from_audio("barge", _tone(0.3), tail_s=0.1)
+    return LoadPlan(clients, 1, duration_s, speech, barge, seed=0, retry_s=0.3, turn_timeout=10,
+                    connect_timeout=5)
+
+
+@pytest.mark.parametrize("scenario, seed, counted", [
+    ("turn", 0, {"answered": 1}),
+    ("barge_in", 0, {"answered": 1, "cut": 1}),
+    ("drop", 1, {"dropped": 1, "speaking": 1}),  # Random(1).random() < 0.5: while speaking
+    ("drop", 0, {"dropped": 1, "replying": 1}),
+])
+def test_each_session_kind_is_played_and_counted(scenario, seed, counted):
+    plan = _load_plan()
+    stats = LoadStats()
+    state: dict = {}
+
+    async def body(url, _pool_url):
+        async with RealtimeClient(url, connect_timeout=5) as client:
+            await play_session(client, scenario, plan, random.Random(seed), stats)
+            return client.tracker
+
+    tracker = asyncio.run(_with_load_server(1, state, body))
+    got = {**stats.outcomes, **stats.barge_ins, **stats.dropped_while}
+    assert {k: v for k, v in got.items() if v} == counted
+    if scenario == "barge_in":  # the first reply was cut, the second answered the barge-in
+        assert [r.status for r in tracker.responses.values()] == ["cancelled", "completed"]
+        assert stats.answers[0][1].voice_to_voice_s > 0
+    if counted.get("speaking"):
+        assert state.get("replies", []) == []  # gone before the fake's 0.3 s of speech
+
+
+def test_a_refusal_either_way_is_a_session_refused():
+    assert retry_after("7") == 7.0 and retry_after(" 2 ") == 2.0
+    assert retry_after(None) is None and retry_after("Wed, 21 Oct 2015 07:28:00 GMT") is None
+    state: dict = {}
+
+    async def body(url, _pool_url):
+        async with RealtimeClient(url, connect_timeout=5):
+            refusals = []
+            for client in (1, 2):
+                try:
+                    await RealtimeClient(url, client, connect_timeout=5).connect()
+                except SessionRefused as refused:
+                    refusals.append((refused.how, refused.retry_after_s, str(refused)))
+            return refusals
+
+    first, second = asyncio.run(_with_load_server(1, state, body))
+    assert first == ("http_503", 1.0, "client 1: the server answered 503 (full)")
+    assert second[:2] == ("session_limit_reached", None)
+    assert "client 2: server error: invalid_request_error (session_limit_reached): full" in second[2]
+
+
+def test_load_run_counts_add_up_and_retry_after_is_honoured():
+    plan = _load_plan(clients=3, duration_s=4.0)
+    stats = LoadStats()
+    state: dict = {}
+
+    async def body(url, pool_url):
+        return await run_load(url, pool_url, plan, stats=stats)
+
+    t0 = time.monotonic()
+    doc = asyncio.run(_with_load_server(1, state, body))
+    assert time.monotonic() - t0 < 30
+    assert state["peak"] == 1  # never more sessions than units
+    assert doc["connections"] == doc["admitted"] + doc["refused"] + doc["connect_errors"]
+    assert doc["connect_errors"] == 0 and doc["failed"] == 0, doc["failures"]
+    assert doc["admitted"] == doc["answered"] + doc["dropped"] + doc["failed"] >= 2
+    assert sum(doc["sessions"].values()) == doc["admitted"]
+    assert sum(doc["dropped_while"].values()) == doc["dropped"]
+    assert sum(doc["barge_ins"].values()) == doc["sessions"]["barge_in"]
+    assert set(doc["refused_by"]) == {"http_503", "session_limit_reached"}
+    assert sum(doc["refused_by"].values()) == doc["refused"]
+    assert doc["voice_to_voice"]["n"] == doc["answered"] == len(doc["answers"])
+    assert doc["rss"]["start_bytes"] == doc["rss"]["end_bytes"] == 100 * 1024 * 1024
+    assert doc["units"] == {"total": 1, "free_at_end": 1}
+    # after a 503 with Retry-After: 1 a client waits at least that long before its next try
+    waits = 0
+    for client in range(3):
+        mine = [a for a in stats.attempts if a.client == client]
+        for before, after in itertools.pairwise(mine):
+            if before.retry_after_s is not None:
+                assert after.t - before.t >= before.retry_after_s, (before, after)
+                waits += 1
+    assert waits >= 1 and doc["retry_after_waited_s"] >= waits
+    assert max(a.t for a in stats.attempts) < plan.duration_s  # no new session after the time
+    text = format_load_report(doc)
+    assert "load: 3 clients against 1 pipeline(s) for 4 s (seed 0)" in text
+    assert "connections  admitted  refused    503   1013  errors" in text
+    assert f"voice-to-voice over {doc['answered']} answered: p50 " in text
+    assert "server RSS (GET /v1/pool rss_bytes): start 100.0 MiB" in text
+    assert "units free at the end: 1 of 1" in text
+
+
+@pytest.mark.slow
+def test_bench_serve_load_on_the_offline_stack():
+    result = run_cli("bench", "serve", "--load", "--clients", "3", "--pipelines", "1", "--duration", "15",
+                     "--json", timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    doc = json.loads(result.stdout)
+    for key in ("connections", "admitted", "refused", "refused_by", "answered", "dropped", "failed",
+                "sessions", "barge_ins", "voice_to_voice", "rss", "units", "answers", "wall_s"):
+        assert key in doc, key
+    assert doc["connections"] == doc["admitted"] + doc["refused"] + doc["connect_errors"]
+    assert doc["admitted"] == doc["answered"] + doc["dropped"] + doc["failed"] >= 1
+    assert doc["failed"] == 0 and doc["connect_errors"] == 0, doc["failures"]
+    assert doc["refused"] >= 2  # three clients at once against one unit
+    assert doc["voice_to_voice"]["n"] == doc["answered"]
+    assert all(a["voice_to_voice_s"] > 0 and a["reply"] for a in doc["answers"])
+    rss = doc["rss"]
+    for key in ("start_bytes", "after_warmup_bytes", "end_bytes", "peak_bytes"):
+        assert rss[key] > 100 * 1024 * 1024, key
+    assert doc["units"] == {"total": 1, "free_at_end": 1}  # nothing leaked
+    assert "one two three" in normalize(doc["warmup"]["transcript"]) and doc["warmup"]["reply"]
