@@ -143,6 +143,16 @@ class ChatHistory:
                     return True
             return False
 
+    def keep_heard(self, turn_id: int, user: str | None, heard: str) -> None:
+        """``turn_id``'s reply becomes the words ``heard``; a reply cut off before it was
+        recorded (the LLM was still writing) is recorded with them now, after the user's
+        words (``user``, when the turn has no user item yet)."""
+        if self.truncate(heard, turn_id=turn_id) or not heard:
+            return
+        with self._lock:
+            has_user = any(i.turn_id == turn_id and i.kind is ItemKind.USER for i in self._items)
+        self.append_turn(turn_id, None if has_user else user, heard)
+
     def clear(self) -> None:
         """Forget every item (a new conversation)."""
         with self._lock:

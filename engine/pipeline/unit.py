@@ -131,7 +131,9 @@ class PipelineUnit:
         """Only the first ``seconds`` of ``turn``'s reply were heard: the history keeps
         just those words (as a barge-in does). Returns the words kept."""
         heard = self.playback.heard_text(turn, seconds)
-        self.chat_history.truncate(heard, turn_id=turn)
+        record = self.ctx.metrics.turn(self.unit, turn)
+        self.chat_history.keep_heard(turn, record.transcript if record and record.transcript
+                                     else None, heard)
         return heard
 
     def interrupt(self) -> None:

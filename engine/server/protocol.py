@@ -367,7 +367,11 @@ class RealtimeSession:
                              self._capabilities.tool_support)
         fresh, self._fresh_items = self._fresh_items, 0
         active = self.responses.active()
-        if not fresh and not spec.has_input and spec.request.record:
+        # Manual commits: Parley answers the committed turn by itself, so the client's
+        # response.create for it is that response. With turn detection on, a create while
+        # a reply runs is a new response (a tool's result, sent before its call's response
+        # ended): it waits below.
+        if self._manual and not fresh and not spec.has_input and spec.request.record:
             unclaimed = [r for r in active if r.auto and not r.claimed]
             if unclaimed:  # a committed audio turn is answered already: this is its response
                 unclaimed[0].claimed = True

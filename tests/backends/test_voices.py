@@ -160,7 +160,7 @@ def test_new_conversation_empties_history_and_kv_cache_and_the_next_turn_answers
 def test_new_conversation_on_a_stopped_unit_resets_at_once(engine):
     unit = engine.start_unit(Quiet(), FileSink(None, realtime=False), unit=0)
     engine.stop_unit(unit)
-    unit.chat_history.append(1, "hi", "hello")
+    unit.chat_history.append_turn(1, "hi", "hello")
     unit.llm.session._cached_ids = [1, 2, 3]
     assert unit.new_conversation(1.0) is True  # no stage thread: reset by the caller
     assert unit.chat_history.exchanges() == () and unit.llm.session._cached_ids == []

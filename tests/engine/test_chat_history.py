@@ -61,3 +61,16 @@ def test_a_barged_in_reply_keeps_the_words_heard_and_a_reopened_turn_vanishes():
         ("Capital of France?", "Paris is"), ("And Italy?", "")]
     history.on_cancel(2, CancelReason.REOPENED)
     assert [e.user for e in history.exchanges()] == ["Capital of France?"]
+
+
+def test_keep_heard_records_a_reply_cut_off_before_the_llm_recorded_it():
+    history = ChatHistory()
+    history.add(HistoryItem(ItemKind.USER, "typed question", item_id="item_q"))
+    history.keep_heard(7, None, "Once upon")  # a typed turn: its user item is the client's
+    history.keep_heard(8, "spoken question", "Well")  # a spoken turn cut while the LLM wrote
+    history.keep_heard(9, "nothing heard", "")
+    assert [(i.kind, i.text, i.turn_id) for i in history.items()] == [
+        (ItemKind.USER, "typed question", None), (ItemKind.ASSISTANT, "Once upon", 7),
+        (ItemKind.USER, "spoken question", 8), (ItemKind.ASSISTANT, "Well", 8)]
+    history.keep_heard(8, "spoken question", "We")  # a second truncate cuts further
+    assert history.items()[-1].text == "We" and len(history.items()) == 4

@@ -631,3 +631,19 @@ def test_clear_forgets_the_turn_in_progress():
     assert "input_audio_buffer.cleared" in types(sent)
     assert "input_audio_buffer.committed" not in types(sent)  # ...without committing it
     assert "response.created" not in types(sent)
+
+
+def test_a_create_sent_before_the_tool_output_waits_and_answers_with_it():
+    """pipecat may ask for the next response before its tool's output item, while the
+    response that called the tool is still running: the create waits, it is not taken
+    for that running response."""
+    session, unit, _source, sent = make()
+    session.on_event(UserSpeaking(3, 7, True))
+    session.on_event(UserSpeaking(3, 7, False))
+    session.on_event(ToolCallsMade(3, 7, (ToolCall("call_1", "get_weather", "{}"),)))
+    handle(session, {"type": "response.create", "response": {"output_modalities": ["audio"]}})
+    handle(session, {"type": "conversation.item.create", "item": {
+        "type": "function_call_output", "call_id": "call_1", "output": "sunny"}})
+    assert unit.said == [] and "error" not in types(sent)
+    on_loop(session, TurnFinished(3, record(7)))
+    assert unit.said == [""] and types(sent).count("response.created") == 2
