@@ -68,6 +68,7 @@ class JobKind(enum.StrEnum):
     TEST_MICROPHONE = "testing the microphone"
     TEST_SPEAKER = "testing the speaker"
     SEARCH = "searching the history"
+    CHECK_COMPUTER = "checking this computer"
 
 
 # ---------------------------------------------------------------------- outcomes

@@ -1,4 +1,5 @@
-"""File > Models…: the models on disk, their size, which stage uses them; download, remove.
+"""File > Models…: the models on disk, their size, precision and expected speed, which
+stage uses them; download, remove.
 
 The table lists the Hugging Face hub cache, Parley's own cache and the models bundled in
 installed packages (``engine.runtime.model_cache``). Scanning a large cache and deleting a
@@ -7,6 +8,11 @@ the window's buttons wait for it, and closing the window joins it. Download… f
 hub models the loaded engine would rather use but are missing, through the first-run
 ``ModelDownloadDialog``. Remove refuses a model a loaded stage holds right now and names
 that stage.
+
+The precision and the expected speed class come from ``engine.runtime.model_catalog``
+(the table of known models, else the model's name, config and weight size), for the
+device the stage using it runs on, else the device its format is for. A full-precision
+LLM that a loaded stage runs on Apple Silicon gets a warning line above the status.
 """
 
 from __future__ import annotations
@@ -27,9 +33,29 @@ from app.core.widgets import confirm
 from app.onboarding.downloads import HUB_PATTERNS, HubDownload, ModelDownloadDialog, hub_downloads
 from engine.runtime.model_cache import (BUNDLED, HUB, CachedModel, ModelScan, ModelUse, engine_uses,
                                         human_bytes, remove_model, scan_models, uses_of)
+from engine.runtime.model_catalog import ModelProfile, full_precision_warning, profile, snapshot_folder
 
-COLUMNS = ("Name", "Kind", "Size", "Last used", "Used by")
+COLUMNS = ("Name", "Kind", "Size", "Precision", "Expected speed", "Last used", "Used by")
 _ROLE = Qt.ItemDataRole.UserRole
+_SPEED_TIP = ("Expected from the size of the weights on this kind of device (each generated "
+              "token reads every weight); not measured on this computer.")
+
+
+def profile_models(scan: ModelScan, placements: list[Any]) -> tuple[dict[str, ModelProfile], list[str]]:
+    """Each scanned model's profile (by name), for the devices of the placements that use
+    it, and the full-precision warnings of the placed LLMs. Reads small files: run it off
+    the GUI thread."""
+    kinds = {p.stage: p.device.kind for p in placements if p.device.kind != "remote"}
+    profiles = {}
+    for model in scan.models:
+        folder = snapshot_folder(model.name, scan.hub_cache) if model.kind == HUB else model.path
+        devices = tuple(dict.fromkeys(kinds[s] for s in model.used_by if s in kinds)) or None
+        profiles[model.name] = profile(model.name, folder=folder, size_bytes=model.size_bytes,
+                                       devices=devices)
+    warnings = [w for p in placements if p.stage in kinds
+                if (w := full_precision_warning(p.stage, p.backend, p.device.kind, str(p.model),
+                                                scan.hub_cache))]
+    return profiles, warnings
 
 
 def wanted_downloads(placements: list[Any], scan: ModelScan | None) -> list[HubDownload]:
@@ -84,6 +110,12 @@ class ModelManagerDialog(QDialog):
         self.table.itemSelectionChanged.connect(self._sync_buttons)
         self.total = QLabel("")
         self.total.setObjectName("modelTotal")
+        self.warning = QLabel("")
+        self.warning.setObjectName("modelWarning")
+        self.warning.setWordWrap(True)
+        self.warning.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.warning.setVisible(False)
+        self.profiles: dict[str, ModelProfile] = {}
         self.status = QLabel("")
         self.status.setObjectName("modelStatus")
         self.status.setWordWrap(True)
@@ -98,6 +130,7 @@ class ModelManagerDialog(QDialog):
             buttons.addWidget(button)
         layout = QVBoxLayout(self)
         layout.addWidget(self.table, 1)
+        layout.addWidget(self.warning)
         layout.addWidget(self.status)
         layout.addLayout(buttons)
         order = (self.table, self.download, self.remove, self.refresh, self.close_button)
@@ -119,6 +152,11 @@ class ModelManagerDialog(QDialog):
         if engine is not None:
             return engine_uses(engine)
         return uses_of(config=getattr(self.controller, "config", None))
+
+    def placements(self) -> list[Any]:
+        """The loaded engine's placements (none without an engine)."""
+        engine = getattr(self.controller, "engine", None)
+        return [] if engine is None else list(engine.placements.values())
 
     def wanted(self) -> list[HubDownload]:
         """The missing hub models the loaded engine would use (none without an engine)."""
@@ -154,12 +192,19 @@ class ModelManagerDialog(QDialog):
     # ------------------------------------------------------------------ scanning
     def rescan(self) -> None:
         """Scan the caches in the background and fill the table."""
-        uses, bundled = self.uses(), self._bundled
-        self._run(JobKind.SCAN, "Scanning the model caches…", lambda: scan_models(uses, bundled=bundled),
-                  self._show_scan)
+        uses, bundled, placements = self.uses(), self._bundled, self.placements()
 
-    def _show_scan(self, scan: ModelScan) -> None:
+        def job() -> tuple[ModelScan, dict[str, ModelProfile], list[str]]:
+            scan = scan_models(uses, bundled=bundled)
+            return (scan, *profile_models(scan, placements))
+
+        self._run(JobKind.SCAN, "Scanning the model caches…", job, self._show_scan)
+
+    def _show_scan(self, result: tuple[ModelScan, dict[str, ModelProfile], list[str]]) -> None:
+        scan, self.profiles, warnings = result
         self.scan = scan
+        self.warning.setText("\n".join(warnings))
+        self.warning.setVisible(bool(warnings))
         self.table.setRowCount(0)
         for model in scan.models:
             row = self.table.rowCount()
@@ -168,11 +213,15 @@ class ModelManagerDialog(QDialog):
                     if model.last_used else "")
             used = ", ".join(f"{s} (loaded)" if s in model.loaded_by else s
                              for s in model.used_by)
+            found = self.profiles.get(model.name)
+            precision = (found.precision if found else "") or "unknown"
+            speed = found.speed_text() if found else "unknown"
             for column, text in enumerate((model.name, model.kind, human_bytes(model.size_bytes),
-                                           when, used)):
+                                           precision, speed, when, used)):
                 item = QTableWidgetItem(text)
                 item.setData(_ROLE, model)
-                item.setToolTip(str(model.path))
+                item.setToolTip(_SPEED_TIP + (f" {found.about}." if found and found.about else "")
+                                if column == 4 else str(model.path))
                 if column == 2:
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(row, column, item)

@@ -1,4 +1,5 @@
-"""``parley-cli``: converse with a recording, list devices, benchmark, serve realtime clients.
+"""``parley-cli``: converse with a recording, list devices, benchmark, serve realtime clients,
+check this computer (``doctor``).
 
 Every config setting has a flag derived from its field (``stt.device`` is
 ``--stt-device``); ``--config FILE`` loads a TOML file first and flags override it.
@@ -90,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.cli.models import add_models_parser  # light: huggingface_hub loads to scan
 
     add_models_parser(sub)
+    from engine.cli.doctor import add_doctor_parser  # light: the checks import their libraries when run
+
+    add_doctor_parser(sub, add_config_flags)
     return parser
 
 
@@ -138,6 +142,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from engine.cli.models import run_models
 
         return run_models(args)
+    if args.command == "doctor":
+        from engine.cli.doctor import run_doctor
+
+        return run_doctor(args, config_from_args(args))
     if args.command == "serve":
         from engine.cli.serve import run_serve
 
