@@ -3,7 +3,9 @@
 This runs before any model loads, so an impossible placement is a clear error at once.
 ``auto`` choices follow the platform (MLX stages on Apple Silicon, CUDA where present) and
 fall back to the bundled offline stack where the hub is unusable; every fallback is
-recorded as a note the CLI and GUI show.
+recorded as a note the CLI and GUI show. On Apple Silicon ``auto`` takes the quantized
+MLX builds (a 4-bit LLM, Whisper turbo) and says so, and a full-precision LLM there gets
+a warning note (``engine.runtime.model_catalog``).
 
 A remote stage (backend ``openai``, or device ``remote``) is placed on the server its
 ``base_url`` names, after a probe of ``GET /models`` with a short timeout: a server that
@@ -22,6 +24,7 @@ from engine.config import STAGES, EngineConfig
 from engine.runtime.devices import CPU, Device, DeviceInfo, check_placement, discover_devices, parse_device
 from engine.errors import ConfigError, DeviceError, ModelError
 from engine.runtime.hub import HubStatus
+from engine.runtime.model_catalog import placement_notes
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,11 @@ class _Resolver:
             candidates = self._auto_candidates(stage, explicit_device, notes)
         spec, device = self._pick_device(stage, candidates, explicit_device, notes)
         model, bundled = self._pick_model(stage, spec, device, section.model, notes)
+        # On Apple Silicon the LLM's precision decides whether replies take seconds or
+        # tens of seconds: say what auto picked, and warn about a full-precision choice.
+        notes.extend(placement_notes(stage, spec.name, device.kind, model,
+                                     auto=section.model == "auto", bundled=bundled,
+                                     hub_cache=self.hub.cache_dir()))
         return Placement(stage, spec, device, model, section.dtype if hasattr(section, "dtype") else "auto",
                          bundled, tuple(notes))
 

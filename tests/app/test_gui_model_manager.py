@@ -1,4 +1,5 @@
-"""File > Models…: the table shows the cached models with sizes and users; Remove asks
+"""File > Models…: the table shows the cached models with sizes, precision, expected speed
+and users, and warns about a full-precision LLM a stage runs on Apple Silicon; Remove asks
 first and refuses a model a loaded stage uses; Download fails clearly when offline;
 every control has an accessible name and a tab stop."""
 
@@ -31,9 +32,9 @@ def caches(tmp_path, monkeypatch):
     return hub
 
 
-def _placement(stage, model, backend="transformers", bundled=False):
+def _placement(stage, model, backend="transformers", bundled=False, device="cpu"):
     return SimpleNamespace(stage=stage, model=model, backend=backend, bundled=bundled,
-                           endpoint="", device=SimpleNamespace(kind="cpu"),
+                           endpoint="", device=SimpleNamespace(kind=device),
                            spec=SimpleNamespace(hub_model=lambda kind: None))
 
 
@@ -61,9 +62,39 @@ def test_the_table_shows_each_model_its_kind_size_and_user(qtbot, caches):
     rows = _rows(dialog)
     assert set(rows) == {"org/tiny-stt", "org/small-llm", "Small-0123456789ab"}
     assert rows["org/small-llm"][1:3] == ["hub", "2.5 MB"]
-    assert rows["org/tiny-stt"][2] == "5.0 kB" and rows["org/tiny-stt"][4] == "stt (loaded)"
+    assert rows["org/tiny-stt"][2] == "5.0 kB" and rows["org/tiny-stt"][6] == "stt (loaded)"
+    assert rows["org/small-llm"][3:5] == ["unknown", "unknown"]  # no name, config or user tells
     assert rows["Small-0123456789ab"][1] == "parley cache"
     assert dialog.total.text().startswith("3 models, 2.5 MB")
+    dialog.done(0)
+
+
+def test_precision_speed_and_the_bf16_warning(qtbot, caches):
+    make_hub_repo(caches, "mlx-community/Qwen3-4B-Instruct-2507-bf16", {"model.safetensors": 8000})
+    tiny = make_hub_repo(caches, "someone/tiny-chat", {"config.json": 1, "model.safetensors": 4000})
+    (next((tiny / "snapshots").iterdir()) / "config.json").write_text(
+        json.dumps({"quantization": {"bits": 4, "group_size": 64}}))
+    bf16 = _placement("llm", "mlx-community/Qwen3-4B-Instruct-2507-bf16", "mlx-lm", device="mlx")
+    dialog = _open(qtbot, _controller(bf16, _placement("stt", "org/tiny-stt", "faster-whisper"),
+                                      loaded=("llm", "stt")))
+    rows = _rows(dialog)
+    assert rows["mlx-community/Qwen3-4B-Instruct-2507-bf16"][3:5] == ["bf16", "slow on MLX"]
+    assert rows["someone/tiny-chat"][3:5] == ["4-bit", "fast on MLX"]  # an MLX build, from its config
+    assert rows["org/tiny-stt"][4] == "fast on CPU"  # the device of the stage that uses it
+    assert not dialog.warning.isHidden()
+    assert dialog.warning.text().startswith("llm: warning: mlx-community/Qwen3-4B-Instruct-2507-bf16 "
+                                            "is bf16 (8.1 GB) on MLX, expected slow")
+    assert "mlx-community/Qwen3-4B-Instruct-2507-4bit" in dialog.warning.text()
+    column = list(dialog.table.horizontalHeaderItem(c).text()
+                  for c in range(dialog.table.columnCount())).index("Expected speed")
+    assert "not measured" in dialog.table.item(0, column).toolTip()
+    dialog.done(0)
+
+
+def test_no_warning_for_a_quantized_llm(qtbot, caches):
+    four_bit = _placement("llm", "mlx-community/Qwen3-4B-Instruct-2507-4bit", "mlx-lm", device="mlx")
+    dialog = _open(qtbot, _controller(four_bit, loaded=("llm",)))
+    assert dialog.warning.isHidden() and dialog.warning.text() == ""
     dialog.done(0)
 
 

@@ -98,26 +98,103 @@ def _mac_devices(monkeypatch):
     """What discovery reports on a Mac, through the real discovery code."""
     import platform
 
+    discover_devices()  # torch picks its libraries by platform when first imported: not a faked one
     monkeypatch.setattr(platform, "system", lambda: "Darwin")
     devices = [d for d in discover_devices() if d.device.kind != "mps"]
     return devices + [DeviceInfo(Device("mps"), "Apple GPU (Metal)", True)]
 
 
-def test_apple_silicon_auto_picks_mlx_stages_and_kokoro_on_mps(monkeypatch, tmp_path):
+def _apple_silicon_with_cache(monkeypatch, tmp_path, *repos):
+    """Apple Silicon simulated, with ``repos`` in the local Hugging Face cache (as after
+    a first run)."""
     import engine.runtime.placement as placement_module
 
     monkeypatch.setattr(placement_module, "is_apple_silicon", lambda: True)
-    # The hub defaults are in the local Hugging Face cache (as after a first run).
-    for repo in ("mlx-community/whisper-large-v3-turbo", "mlx-community/Qwen3-4B-Instruct-2507-4bit",
-                 "hexgrad/Kokoro-82M"):
+    for repo in repos:
         config_file = tmp_path / f"models--{repo.replace('/', '--')}" / "snapshots" / "abc" / "config.json"
         config_file.parent.mkdir(parents=True)
         config_file.write_text("{}")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
-    placements = resolve_placements(EngineConfig(), _mac_devices(monkeypatch), hub=HubStatus(offline=True))
+    return _mac_devices(monkeypatch)
+
+
+MAC_DEFAULTS = ("mlx-community/whisper-large-v3-turbo", "mlx-community/Qwen3-4B-Instruct-2507-4bit",
+                "hexgrad/Kokoro-82M")
+
+
+def test_apple_silicon_auto_picks_mlx_stages_and_kokoro_on_mps(monkeypatch, tmp_path):
+    devices = _apple_silicon_with_cache(monkeypatch, tmp_path, *MAC_DEFAULTS)
+    placements = resolve_placements(EngineConfig(), devices, hub=HubStatus(offline=True))
     assert (placements["stt"].backend, str(placements["stt"].device)) == ("mlx-whisper", "mlx")
     assert (placements["llm"].backend, str(placements["llm"].device)) == ("mlx-lm", "mlx")
     assert (placements["tts"].backend, str(placements["tts"].device)) == ("kokoro", "mps")
+
+
+def test_apple_silicon_auto_picks_the_quantized_mlx_models_and_says_so(monkeypatch, tmp_path):
+    devices = _apple_silicon_with_cache(monkeypatch, tmp_path, *MAC_DEFAULTS)
+    placements = resolve_placements(EngineConfig(), devices, hub=HubStatus(offline=True))
+    llm, stt = placements["llm"], placements["stt"]
+    assert llm.model == "mlx-community/Qwen3-4B-Instruct-2507-4bit"
+    assert stt.model == "mlx-community/whisper-large-v3-turbo"
+    assert llm.notes == ("llm: auto picked mlx-community/Qwen3-4B-Instruct-2507-4bit for MLX: "
+                         "Qwen3-4B Instruct 2507 in 4-bit, about a quarter of the bytes per "
+                         "token of its bf16 build (8.1 GB); 4-bit, 2.3 GB, expected fast on MLX",)
+    assert stt.notes == ("stt: auto picked mlx-community/whisper-large-v3-turbo for MLX: Whisper "
+                         "large-v3 turbo (4 decoder layers instead of 32); fp16, 1.6 GB, "
+                         "expected fast on MLX",)
+    assert not any("warning" in n for p in placements.values() for n in p.notes)
+
+
+def test_a_bf16_mlx_llm_is_placed_with_a_warning(monkeypatch, tmp_path):
+    devices = _apple_silicon_with_cache(monkeypatch, tmp_path, *MAC_DEFAULTS)
+    config = EngineConfig().with_overrides({"llm.model": "mlx-community/Qwen3-4B-Instruct-2507-bf16"})
+    llm = resolve_placements(config, devices, hub=HubStatus(offline=True))["llm"]
+    assert (llm.backend, str(llm.device)) == ("mlx-lm", "mlx")
+    assert len(llm.notes) == 1
+    assert llm.notes[0].startswith("llm: warning: mlx-community/Qwen3-4B-Instruct-2507-bf16 is "
+                                   "bf16 (8.1 GB) on MLX, expected slow")
+    assert llm.notes[0].endswith("choose a 4-bit build such as "
+                                 "mlx-community/Qwen3-4B-Instruct-2507-4bit (llm.model = auto picks it)")
+
+
+def test_a_local_full_precision_mlx_folder_warns_and_a_quantized_one_does_not(monkeypatch, tmp_path):
+    import json
+
+    devices = _apple_silicon_with_cache(monkeypatch, tmp_path / "hub", *MAC_DEFAULTS)
+    folder = tmp_path / "my-llm"
+    folder.mkdir()
+    with open(folder / "model.safetensors", "wb") as weights:
+        weights.truncate(7_000_000_000)  # sparse: only its size is read
+    config = EngineConfig().with_overrides({"llm.model": str(folder), "llm.device": "mlx"})
+    (folder / "config.json").write_text(json.dumps({"torch_dtype": "bfloat16"}))
+    llm = resolve_placements(config, devices, hub=OFFLINE)["llm"]
+    assert any(f"{folder} is bf16 (7.0 GB) on MLX, expected slow" in n for n in llm.notes)
+    (folder / "config.json").write_text(json.dumps({"quantization": {"bits": 4, "group_size": 64},
+                                                    "torch_dtype": "bfloat16"}))
+    assert resolve_placements(config, devices, hub=OFFLINE)["llm"].notes == ()
+
+
+def test_a_mac_without_mlx_warns_about_the_bf16_llm_on_mps(monkeypatch, tmp_path):
+    import dataclasses
+
+    from engine.backends import _SPECS
+
+    devices = _apple_silicon_with_cache(monkeypatch, tmp_path, *MAC_DEFAULTS,
+                                        "Qwen/Qwen3-4B-Instruct-2507")
+    no_mlx = tuple(dataclasses.replace(s, requires=("mlx_not_installed_here",))
+                   if "mlx" in s.requires else s for s in _SPECS)
+    llm = resolve_placements(EngineConfig(), devices, BackendRegistry(no_mlx),
+                             hub=HubStatus(offline=True))["llm"]
+    assert (llm.backend, str(llm.device), llm.model) == ("transformers", "mps",
+                                                         "Qwen/Qwen3-4B-Instruct-2507")
+    assert any(n.startswith("llm: warning: Qwen/Qwen3-4B-Instruct-2507 is bf16 (8.1 GB) on mps")
+               and "pip install 'parley[mlx]'" in n for n in llm.notes)
+
+
+def test_no_speed_notes_off_apple_silicon():
+    placements = resolve_placements(EngineConfig(), ONE_GPU, hub=HubStatus(offline=True))
+    notes = [n for p in placements.values() for n in p.notes]
+    assert not any("auto picked" in n or "warning" in n for n in notes)
 
 
 def test_cuda_on_macos_is_a_clear_error(monkeypatch):
