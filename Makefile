@@ -1,7 +1,7 @@
 # Parley: `make run` installs and starts the app; `make test` installs the test tools, runs
-# ruff, pyright (engine/, see [tool.pyright] in pyproject.toml) and then every test. Both
-# create .venv on first use. `make screenshots` refreshes the PNGs in resources/screenshots
-# (tests write theirs to a temporary folder).
+# ruff, pyright (engine/, see [tool.pyright] in pyproject.toml), the workflow schema check
+# (.github/workflows/) and then every test. Both create .venv on first use. `make screenshots`
+# refreshes the PNGs in resources/screenshots (tests write theirs to a temporary folder).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -11,7 +11,7 @@ CONSTRAINT_FLAG := $(if $(TORCH_CONSTRAINT),-c $(TORCH_CONSTRAINT),)
 INPUT ?= resources/audio/jfk.flac
 PYTEST_ARGS ?=
 
-.PHONY: run converse install install-dev test screenshots bench package package-test clean
+.PHONY: run converse install install-dev test screenshots bench gpu-check package package-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,10 +42,18 @@ converse: install
 bench: install
 	$(BIN)/parley-cli bench $(INPUT) --runs 5
 
+# The CUDA stack with random weights on cuda:0 (VRAM meter, layouts, transfer costs; no hub):
+# JSON and PNG in build/gpu-check. Without a CUDA device it says so and what it would run.
+GPU_CHECK_ARGS ?=
+gpu-check: install-dev
+	$(BIN)/python -m engine.bench.gpu_check $(GPU_CHECK_ARGS)
+
 test: install-dev
 	$(BIN)/ruff check .
 	# No look-up of a newer pyright-python on PyPI: the check runs offline, and quietly.
 	PYRIGHT_PYTHON_IGNORE_WARNINGS=1 $(BIN)/pyright
+	# The CI workflows against GitHub's workflow schema (vendored in check-jsonschema: offline).
+	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Tests write screenshots to a temporary folder; this refreshes the ones tracked in git.

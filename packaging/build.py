@@ -1,12 +1,19 @@
 """Build the double-clickable Parley app for this platform (``make package`` runs this).
 
-    python packaging/build.py [--clean] [--self-test] [--dmg] [--json]
+    python packaging/build.py [--clean] [--skip-build] [--installer] [--self-test]
+                              [--executable PROGRAM] [--report FILE] [--json]
 
 Runs PyInstaller on packaging/parley.spec from the repository root and writes a
 one-folder app: dist/Parley/ (Linux, Windows) or dist/Parley.app (macOS, with the same
-folder beside it). Prints the build time and the folder's size. ``--self-test`` then runs
-the built app's ``--self-test`` in a clean environment (no venv, no PYTHONPATH, hub
-offline), the way a user's machine would start it, and prints its timings.
+folder beside it). Prints the build time and the folder's size. ``--installer`` then wraps
+it for download: on macOS the .app in dist/Parley-<version>.dmg (packaging/macos/make_dmg.sh,
+which checks the signature and the microphone usage string first), on Windows
+dist/Parley-<version>-setup.exe (Inno Setup 6, packaging/windows/parley.iss). ``--self-test``
+runs the app's ``--self-test`` in a clean environment (no venv, no PYTHONPATH, hub
+offline), the way a user's machine would start it, and prints its timings;
+``--executable`` points it at another copy (an installed one, or the .app inside the
+mounted DMG), ``--skip-build`` tests what is there without building. ``--report`` writes
+the figures and the whole self-test JSON to a file (CI uploads it).
 """
 
 from __future__ import annotations
@@ -15,9 +22,11 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +48,12 @@ def executable(dist: Path = DIST) -> Path:
     if SYSTEM == "Windows":
         return dist / "Parley" / "Parley-console.exe"  # the windowed Parley.exe has no stdout
     return dist / "Parley" / "Parley"
+
+
+def project_version() -> str:
+    """The version in pyproject.toml: the installers' file names carry it."""
+    with open(ROOT / "pyproject.toml", "rb") as fh:
+        return tomllib.load(fh)["project"]["version"]
 
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -93,8 +108,14 @@ def build(clean: bool = False) -> dict:
     if clean:
         cmd.insert(3, "--clean")
     print("build: " + " ".join(cmd), file=sys.stderr, flush=True)
+    env = dict(os.environ)
+    if SYSTEM == "Darwin":
+        # An arm64 Mac runs no unsigned code: a bundle PyInstaller failed to sign (ad hoc, or
+        # with PARLEY_CODESIGN_IDENTITY) must fail the build, not only log a warning.
+        env.setdefault("PYINSTALLER_STRICT_BUNDLE_CODESIGN_ERROR", "1")
+        env.setdefault("PYINSTALLER_VERIFY_BUNDLE_SIGNATURE", "1")
     started = time.perf_counter()
-    result = subprocess.run(cmd, cwd=ROOT)
+    result = subprocess.run(cmd, cwd=ROOT, env=env)
     seconds = time.perf_counter() - started
     if result.returncode != 0:
         raise SystemExit(f"build: PyInstaller failed (exit {result.returncode}) after {seconds:.0f} s")
@@ -105,11 +126,15 @@ def build(clean: bool = False) -> dict:
             "size_bytes": size, "size": human(size), "files": files}
 
 
-def run_self_test(timeout: float = 900, env_extra: dict[str, str] | None = None) -> dict:
-    """Start the built app with ``--self-test`` in a clean environment; its JSON plus timing."""
-    exe = executable()
+def run_self_test(timeout: float = 900, env_extra: dict[str, str] | None = None,
+                  exe: Path | None = None) -> dict:
+    """Start the app with ``--self-test`` in a clean environment; its JSON plus timing.
+
+    ``exe``: the program to start (default: the one just built, ``executable()``).
+    """
+    exe = exe or executable()
     if not exe.is_file():
-        raise SystemExit(f"build: {exe} does not exist; build first")
+        raise SystemExit(f"build: {exe} does not exist; build first (or pass the right --executable)")
     started = time.perf_counter()
     proc = subprocess.run([str(exe), "--self-test"], env=clean_env(env_extra), cwd=exe.parent,
                           capture_output=True, text=True, timeout=timeout)
@@ -124,33 +149,91 @@ def run_self_test(timeout: float = 900, env_extra: dict[str, str] | None = None)
     return report
 
 
-def make_dmg() -> None:
-    """macOS: verify the signature, wrap the .app in a .dmg, notarize (make_dmg.sh)."""
+def make_dmg() -> Path:
+    """macOS: verify the signature and Info.plist, wrap the .app in a .dmg, notarize
+    (make_dmg.sh); the .dmg's path."""
     if SYSTEM != "Darwin":
-        raise SystemExit("build: --dmg is for macOS")
+        raise SystemExit("build: a .dmg is made on macOS only")
     subprocess.run(["bash", str(ROOT / "packaging" / "macos" / "make_dmg.sh")], cwd=ROOT, check=True)
+    return DIST / f"Parley-{project_version()}.dmg"
+
+
+def inno_setup_compiler() -> Path:
+    """ISCC.exe of Inno Setup 6: on PATH, or where its installer puts it."""
+    found = shutil.which("iscc")
+    if found:
+        return Path(found)
+    for variable in ("ProgramFiles(x86)", "ProgramFiles"):
+        base = os.environ.get(variable)
+        if base and (Path(base) / "Inno Setup 6" / "ISCC.exe").is_file():
+            return Path(base) / "Inno Setup 6" / "ISCC.exe"
+    raise SystemExit("build: Inno Setup 6 (ISCC.exe) is neither on PATH nor in Program Files; "
+                     "install it (choco install innosetup, or the installer from jrsoftware.org)")
+
+
+def make_windows_installer() -> Path:
+    """Windows: dist/Parley-<version>-setup.exe from dist/Parley (packaging/windows/parley.iss)."""
+    if SYSTEM != "Windows":
+        raise SystemExit("build: the Inno Setup installer is made on Windows only")
+    if not (DIST / "Parley" / "Parley.exe").is_file():
+        raise SystemExit(f"build: {DIST / 'Parley' / 'Parley.exe'} does not exist; build first")
+    version = project_version()
+    subprocess.run([str(inno_setup_compiler()), f"/DVersion={version}",
+                    str(ROOT / "packaging" / "windows" / "parley.iss")], cwd=ROOT, check=True)
+    return DIST / f"Parley-{version}-setup.exe"
+
+
+def make_installer() -> Path:
+    """The platform's download: a .dmg on macOS, a setup .exe on Windows."""
+    if SYSTEM == "Darwin":
+        return make_dmg()
+    if SYSTEM == "Windows":
+        return make_windows_installer()
+    raise SystemExit(f"build: --installer makes a .dmg (macOS) or a setup .exe (Windows), not on "
+                     f"{SYSTEM}; on Linux packaging/linux/install.sh installs dist/Parley")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Build, report, and optionally self-test the built app."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clean", action="store_true", help="drop PyInstaller's cache first")
+    parser.add_argument("--skip-build", action="store_true",
+                        help="do not build: use the app already in dist/ (or --executable)")
     parser.add_argument("--self-test", action="store_true",
-                        help="run the built app's --self-test in a clean environment")
-    parser.add_argument("--dmg", action="store_true", help="macOS: also make dist/Parley.dmg")
+                        help="run the app's --self-test in a clean environment")
+    parser.add_argument("--executable", type=Path, metavar="PROGRAM",
+                        help="the program --self-test starts (default: the one in dist/)")
+    parser.add_argument("--installer", action="store_true",
+                        help="also make the download: dist/Parley-<version>.dmg (macOS) or "
+                             "dist/Parley-<version>-setup.exe (Windows)")
+    parser.add_argument("--dmg", action="store_true", help="macOS: the same as --installer")
+    parser.add_argument("--report", type=Path, metavar="FILE",
+                        help="write the figures and the self-test's JSON to FILE")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
-    figures = build(args.clean)
-    print(f"build: {figures['app']} built in {figures['build_s']:.1f} s; "
-          f"{figures['size']} in {figures['files']} files", flush=True)
-    if args.dmg:
-        make_dmg()
+    if args.executable and not args.self_test:
+        parser.error("--executable names the program --self-test starts: add --self-test")
+    if args.skip_build and not (args.self_test or args.installer or args.dmg):
+        parser.error("--skip-build leaves nothing to do without --self-test or --installer")
+    if args.skip_build:
+        figures: dict = {"platform": f"{SYSTEM} {platform.machine()}", "built": False}
+    else:
+        figures = build(args.clean)
+        print(f"build: {figures['app']} built in {figures['build_s']:.1f} s; "
+              f"{figures['size']} in {figures['files']} files", flush=True)
+    if args.installer or args.dmg:
+        installer = make_dmg() if args.dmg else make_installer()
+        figures["installer"] = str(installer.relative_to(ROOT))
+        figures["installer_size"] = human(installer.stat().st_size)
+        print(f"build: wrote {figures['installer']} ({figures['installer_size']})", flush=True)
     status = 0
     if args.self_test:
-        report = run_self_test()
+        report = run_self_test(exe=args.executable.resolve() if args.executable else None)
+        figures["self_test_executable"] = str(args.executable or executable())
         figures["self_test"] = {k: report.get(k) for k in (
             "ok", "exit_status", "error", "transcript", "reply", "launch_to_ready_s",
             "launch_to_first_reply_audio_s", "total_s", "wall_s")}
+        figures["self_test_report"] = report
         if report.get("ok") and report["exit_status"] == 0:
             print(f"build: self-test passed: heard {report['transcript']!r}, replied "
                   f"{report['reply']!r}; first reply audio {report['launch_to_first_reply_audio_s']} s "
@@ -159,8 +242,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"build: self-test FAILED (exit {report['exit_status']}): {report.get('error')}\n"
                   f"{report['stderr_tail']}", file=sys.stderr)
             status = 1
+    if args.report:
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(json.dumps(figures, indent=2, ensure_ascii=False) + "\n",
+                               encoding="utf-8")
     if args.json:
-        print(json.dumps(figures, indent=2))
+        print(json.dumps({k: v for k, v in figures.items() if k != "self_test_report"}, indent=2))
     return status
 
 

@@ -8,6 +8,7 @@ modules of ``tests.support``.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -23,6 +24,56 @@ os.environ.setdefault("PARLEY_CACHE_DIR", str(ROOT / ".cache" / "parley-test"))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # The conversation history goes to a throw-away folder, never the user's data folder.
 os.environ["PARLEY_DATA_DIR"] = tempfile.mkdtemp(prefix="parley-test-data-")
+
+
+# A GPU that exists on paper but cannot compute: GitHub's macOS arm64 runners are virtual
+# machines whose Metal device is paravirtual, and Apple's Virtualization framework does not
+# support MPS there (torch reports MPS available, then fails to allocate). The workflows set
+# PARLEY_TEST_NO_GPU=1 on such runners: MLX then computes on its CPU device (as mlx[cpu] does
+# on Linux), torch reports no MPS, and the tests marked `gpu` are skipped with that reason.
+_NO_GPU = os.environ.get("PARLEY_TEST_NO_GPU") == "1"
+_NO_GPU_REASON = ("PARLEY_TEST_NO_GPU=1: this machine's GPU cannot compute (a virtual machine, "
+                  "such as GitHub's macOS arm64 runners, whose Metal device has no MPS)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a GPU that computes (CUDA, or MPS on a Mac); "
+                                       "skipped, with the reason, where there is none")
+    if _NO_GPU and sys.platform == "darwin":
+        _keep_mlx_and_torch_off_the_gpu()
+
+
+def _keep_mlx_and_torch_off_the_gpu() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("mlx") is not None:
+        import mlx.core as mx
+
+        mx.set_default_device(mx.cpu)
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        torch.backends.mps.is_available = lambda: False
+
+
+def _no_gpu_reason() -> str | None:
+    """Why the tests marked ``gpu`` cannot run here, or None when a GPU computes."""
+    if _NO_GPU:
+        return _NO_GPU_REASON
+    from engine.runtime.devices import discover_devices
+
+    gpus = [d for d in discover_devices() if d.device.kind in ("cuda", "mps")]
+    if any(d.available for d in gpus):
+        return None
+    return "no GPU here (" + "; ".join(f"{d.device}: {d.reason}" for d in gpus) + ")"
+
+
+def pytest_collection_modifyitems(config, items):
+    marked = [item for item in items if item.get_closest_marker("gpu")]
+    reason = _no_gpu_reason() if marked else None  # discovery imports torch: only when asked
+    if reason:
+        for item in marked:
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 def _audio_dir() -> Path:

@@ -23,7 +23,14 @@ app="dist/Parley.app"
 version="$(/usr/libexec/PlistBuddy -c 'Print :CFBundleShortVersionString' "$app/Contents/Info.plist")"
 dmg="dist/Parley-${version}.dmg"
 
+# Without NSMicrophoneUsageDescription macOS kills the app the moment it opens the microphone.
+mic="$(/usr/libexec/PlistBuddy -c 'Print :NSMicrophoneUsageDescription' "$app/Contents/Info.plist" 2>/dev/null || true)"
+[[ -n "$mic" ]] || { echo "make_dmg: $app/Contents/Info.plist has no NSMicrophoneUsageDescription" >&2; exit 2; }
+echo "make_dmg: microphone usage string: $mic"
+
 codesign --verify --deep --strict --verbose=2 "$app"
+# Ad hoc (codesign -s -, PyInstaller's default) or the identity: say which, for the CI log.
+codesign -dv "$app" 2>&1 | grep -E '^(Identifier|Signature|Authority|TeamIdentifier)=' | sed 's/^/make_dmg:   /'
 if [[ -n "${PARLEY_CODESIGN_IDENTITY:-}" ]]; then
     if ! codesign -dvv "$app" 2>&1 | grep -qF "Authority=${PARLEY_CODESIGN_IDENTITY}"; then
         echo "make_dmg: $app is not signed by $PARLEY_CODESIGN_IDENTITY;" \
@@ -34,6 +41,8 @@ if [[ -n "${PARLEY_CODESIGN_IDENTITY:-}" ]]; then
     codesign -d --entitlements - --xml "$app" 2>/dev/null | grep -q "com.apple.security.device.audio-input" || {
         echo "make_dmg: $app lacks the audio-input entitlement" >&2; exit 2; }
 else
+    codesign -dv "$app" 2>&1 | grep -qx 'Signature=adhoc' || {
+        echo "make_dmg: $app is not ad-hoc signed, and PARLEY_CODESIGN_IDENTITY is not set" >&2; exit 2; }
     echo "make_dmg: PARLEY_CODESIGN_IDENTITY not set: ad-hoc signed, for this Mac only" >&2
 fi
 

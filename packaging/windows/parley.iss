@@ -1,6 +1,7 @@
 ; Inno Setup script: a per-user installer for the one-folder build in dist\Parley.
 ;   iscc /DVersion=0.1.0 packaging\windows\parley.iss      -> dist\Parley-0.1.0-setup.exe
-; Not built on the Linux CI: see packaging/windows/README.md.
+; `python packaging\build.py --installer` runs this with the version from pyproject.toml;
+; the windows job of .github/workflows/ci.yml does (not run yet: see packaging/README.md).
 #ifndef Version
   #define Version "0.1.0"
 #endif
