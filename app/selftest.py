@@ -54,6 +54,25 @@ def _progress(stage: str, fraction: float | None, text: str) -> None:
     print(f"[self-test {stage}{pct}] {text}", file=sys.stderr, flush=True)
 
 
+class LaunchTimeline:
+    """Seconds from process launch to each step: the engine imported, each stage's model
+    ready (stages load at once, so they overlap), the first reply audio. The self-test
+    opens no window, so there is no "window shown" step here."""
+
+    def __init__(self, launch_epoch: float) -> None:
+        self._launch = launch_epoch
+        self.steps: dict[str, float] = {}
+
+    def mark(self, step: str) -> None:
+        self.steps.setdefault(step, round(time.time() - self._launch, 3))
+
+    def progress(self, stage: str, fraction: float | None, text: str) -> None:
+        """A load progress callback: marks ``<stage>_ready`` when a stage is ready."""
+        if fraction == 1.0 and text.startswith(f"{stage} ready"):
+            self.mark(f"{stage}_ready")
+        _progress(stage, fraction, text)
+
+
 def _show_error(event) -> None:
     """Stage errors on stderr as they happen (they are in the JSON's ``errors`` too)."""
     from engine.pipeline.events import EngineError
@@ -103,6 +122,9 @@ def _run(config_path: str | None, summary: dict) -> list[str]:
 
     from app.core.resources import resource_path
 
+    timeline = LaunchTimeline(summary["_launch"])
+    summary["launch_timeline"] = timeline.steps
+    timeline.mark("engine_imported")
     config = _config(config_path)
     recording = resource_path("audio", SAMPLE)
     summary["recording"] = str(recording)
@@ -115,7 +137,8 @@ def _run(config_path: str | None, summary: dict) -> list[str]:
         summary["llm_cache"] = _gguf_cache(engine.placements["llm"].model)
         started = time.perf_counter()
 
-    engine = load_engine(config, progress=_progress, hub=HubStatus(offline=True), resolved=resolved)
+    engine = load_engine(config, progress=timeline.progress, hub=HubStatus(offline=True),
+                         resolved=resolved)
     summary["load_s"] = round(time.perf_counter() - started, 3)
     summary["launch_to_ready_s"] = round(time.time() - summary["_launch"], 3)
     try:
@@ -141,6 +164,8 @@ def _run(config_path: str | None, summary: dict) -> list[str]:
         launch_to_first_reply_audio_s=(None if first_audio is None else round(
             first_audio - time.perf_counter() + time.time() - summary["_launch"], 3)),
     )
+    if summary["launch_to_first_reply_audio_s"] is not None:
+        timeline.steps["first_reply_audio"] = summary["launch_to_first_reply_audio_s"]
     if EXPECTED_WORDS not in normalize_words(turn.transcript):
         failed.append(f"transcript {turn.transcript!r} does not say {EXPECTED_WORDS!r}")
     if not turn.reply.strip():

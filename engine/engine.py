@@ -134,16 +134,35 @@ class Engine:
         GUI thread."""
         self.state = EngineState.LOADING
         try:
-            for stage in STAGES:
-                self.models[stage] = self._acquire(stage, self.placements[stage], self.config,
-                                                   progress)
-                _check_runtime_options(self.models, stage, self.config)
+            self._load_stages(progress)
             self._prepare_turn_model(self.config)
         except BaseException:
             self.release_models()
             self.state = EngineState.CREATED
             raise
         self.state = EngineState.READY
+
+    def _load_stages(self, progress: ProgressFn | None) -> None:
+        """Every stage's model at once, one thread each: their libraries' imports and file
+        reads overlap (an MLX model still loads under the MLX lock). Once all are done, the
+        first failure in stage order is raised; the models that did load are kept in
+        ``models`` for the caller to release."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(STAGES), thread_name_prefix="parley-load") as pool:
+            futures = {stage: pool.submit(self._acquire, stage, self.placements[stage],
+                                          self.config, progress) for stage in STAGES}
+        failure: BaseException | None = None
+        for stage, future in futures.items():
+            error = future.exception()
+            if error is None:
+                self.models[stage] = future.result()
+            elif failure is None:
+                failure = error
+        if failure is not None:
+            raise failure
+        for stage in STAGES:
+            _check_runtime_options(self.models, stage, self.config)
 
     def offer_learned_end_of_turn(self) -> str | None:
         """Load the end-of-turn audio model even though the settings use silence, so that

@@ -97,6 +97,23 @@ def human(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
+def prebuilt_llm() -> Path | None:
+    """The bundled SmolLM2 GGUF converted now (or found converted in the cache), for the
+    app to carry: its first start then converts nothing. None without the GGUF."""
+    sys.path.insert(0, str(ROOT))
+    from engine.backends.llm.gguf_convert import converted_folder
+    from engine.backends.llm.transformers_lm import bundled_model
+
+    gguf = bundled_model()
+    if gguf is None:
+        return None
+    started = time.perf_counter()
+    folder = converted_folder(gguf, lambda fraction, text: print(f"build: {text}", file=sys.stderr))
+    print(f"build: the app carries {folder.name} (converted in "
+          f"{time.perf_counter() - started:.1f} s or found)", file=sys.stderr, flush=True)
+    return folder
+
+
 def build(clean: bool = False) -> dict:
     """Run PyInstaller; return the figures. SystemExit with its output tail if it fails."""
     icons = ROOT / "resources" / "icons"
@@ -109,6 +126,9 @@ def build(clean: bool = False) -> dict:
         cmd.insert(3, "--clean")
     print("build: " + " ".join(cmd), file=sys.stderr, flush=True)
     env = dict(os.environ)
+    prebuilt = prebuilt_llm()
+    if prebuilt is not None:
+        env["PARLEY_PREBUILT_LLM"] = str(prebuilt)
     if SYSTEM == "Darwin":
         # An arm64 Mac runs no unsigned code: a bundle PyInstaller failed to sign (ad hoc, or
         # with PARLEY_CODESIGN_IDENTITY) must fail the build, not only log a warning.

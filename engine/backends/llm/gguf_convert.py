@@ -6,10 +6,12 @@ the dequantized weights into a fresh model of the same config and saves that, wi
 tokenizer (and its chat template) and the generation config, under
 ``cache_dir()/models/<stem>-<key>``. Later loads read the folder in well under a second.
 
-The key hashes the file's name, size and modification time: reinstalling or replacing
-the GGUF gives a new folder, and no 100 MB content hash runs on every start. The folder
-is written under a temporary name and renamed into place only when complete, so an
-interrupted conversion never leaves a folder that looks finished.
+The key hashes the file's name, size and its first and last MiB: a copy of the same file
+reuses the conversion, and no 100 MB content hash runs on every start. The folder is
+written under a temporary name and renamed into place only when complete, so an
+interrupted conversion never leaves a folder that looks finished. A built app carries
+the conversion made at build time (``engine.runtime.paths.prebuilt_models_dir``), so its
+first start converts nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from engine.backends.base import Progress, no_progress
 from engine.errors import ModelError
-from engine.runtime.paths import cache_dir
+from engine.runtime.paths import cache_dir, prebuilt_models_dir
 
 #: Written last into a converted folder; its presence means the folder is complete.
 SOURCE_FILE = "parley_source.json"
@@ -70,6 +72,9 @@ def converted_folder(gguf_path: str | Path, progress: Progress = no_progress) ->
     folder = cached_folder_path(gguf)
     if is_converted(folder):
         return folder
+    prebuilt = prebuilt_models_dir()
+    if prebuilt is not None and is_converted(prebuilt / folder.name):
+        return prebuilt / folder.name  # converted when the app was built: nothing to do
     with _lock:
         if is_converted(folder):  # another thread converted it while we waited
             return folder
