@@ -5,11 +5,9 @@ sent in small uneven pieces, and keeps each request's JSON body for the test to 
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import re
-import threading
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from engine.backends.llm.tool_calls import ToolCallError
 from engine.config import LlmConfig
 from engine.errors import ConfigError
 from engine.runtime.devices import Device
+from tests.support.loopback import LoopbackServer
 
 RECORDED = (Path(__file__).parent / "data" / "tool_calls" / "openai_gpt-4o_two_calls.sse").read_bytes()
 MODEL = "gpt-4o-2024-08-06"
@@ -35,43 +34,24 @@ QUESTION = [{"role": "user", "content": "What's the weather like in Edinburgh?"}
             {"role": "user", "content": "What's the price of AAPL?"}]
 
 
-class RecordedServer:
+class RecordedServer(LoopbackServer):
     """``POST /v1/chat/completions`` answered with ``body`` (an SSE stream) in pieces of
     ``piece`` bytes; the decoded request bodies are kept in ``requests``."""
 
+    name = "recorded LLM server"
+
     def __init__(self, body: bytes, piece: int = 97) -> None:
+        super().__init__()
         self.body, self.piece = body, piece
         self.requests: list[dict] = []
-        self.port = 0
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._stop: asyncio.Event | None = None
-        self._thread = threading.Thread(target=self._run, name="recorded-llm-server", daemon=True)
-        self._thread.start()
-        assert self._ready.wait(20), "the recorded server did not start"
+        self.start()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def _run(self) -> None:
-        self._loop.run_until_complete(self._serve())
-        self._loop.close()
-
-    async def _serve(self) -> None:
-        from aiohttp import web
-
-        self._stop = asyncio.Event()
-        app = web.Application()
+    def routes(self, app) -> None:
         app.router.add_post("/v1/chat/completions", self._chat)
-        runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # pyright: ignore[reportOptionalMemberAccess]
-        self._ready.set()
-        await self._stop.wait()
-        await runner.cleanup()
 
     async def _chat(self, request):
         from aiohttp import web
@@ -83,12 +63,6 @@ class RecordedServer:
             await response.write(self.body[start:start + self.piece])
         await response.write_eof()
         return response
-
-    def close(self) -> None:
-        if self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-        assert not self._thread.is_alive(), "the recorded server did not stop"
 
 
 @pytest.fixture

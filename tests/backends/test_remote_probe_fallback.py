@@ -9,58 +9,38 @@ exactly that way, and records what it was asked.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 
 import pytest
 
 from engine.backends.remote import probe_stage
 from engine.config import EngineConfig
 from engine.runtime.devices import discover_remote
+from tests.support.loopback import LoopbackServer
 
 
-class EmptyModelsServer:
+class EmptyModelsServer(LoopbackServer):
     """``/v1/models``: 200 with an empty body (or ``models_body``); chat completions,
     transcriptions and speech answered as a real server would (or with ``fail_status``)."""
 
+    name = "empty-models server"
+
     def __init__(self) -> None:
+        super().__init__()
         self.models_body = b""
         self.fail_status: int | None = None
         self.asked: list[tuple[str, dict]] = []  # (path, JSON body or form fields)
-        self.port: int | None = None
-        self._loop = asyncio.new_event_loop()
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="empty-models-server", daemon=True)
-        self._thread.start()
-        assert self._ready.wait(20) and self.port, "the test server did not start"
+        self.start()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def _run(self) -> None:
-        self._loop.run_until_complete(self._serve())
-        self._loop.close()
-
-    async def _serve(self) -> None:
-        from aiohttp import web
-
-        self._stop = asyncio.Event()
-        app = web.Application()
+    def routes(self, app) -> None:
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/audio/transcriptions", self._transcribe)
         app.router.add_post("/v1/audio/speech", self._speech)
-        runner = web.AppRunner(app, handle_signals=False)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = runner.addresses[0][1]
-        self._ready.set()
-        await self._stop.wait()
-        await runner.cleanup()
 
     def _failure(self):
         from aiohttp import web
@@ -106,11 +86,6 @@ class EmptyModelsServer:
         if (failure := self._failure()) is not None:
             return failure
         return web.Response(body=bytes(4800), content_type="audio/pcm")
-
-    def close(self) -> None:
-        assert self._stop is not None
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
 
 
 @pytest.fixture(scope="module")

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from pathlib import Path
 
+from tests.support.loopback import LoopbackServer
 from tests.support.paths import ROOT
 
 RECORDINGS = ROOT / "tests" / "server" / "data"
@@ -53,7 +53,7 @@ def message_text(message: dict) -> str:
     return content if isinstance(content, str) else ""
 
 
-class ChatServer:
+class ChatServer(LoopbackServer):
     """The scripted chat-completions server. ``requests`` holds every request body received
     on ``/v1/chat/completions``, in order (appended from the server's thread)."""
 
@@ -62,6 +62,7 @@ class ChatServer:
                  tool_reply: str = "Here is what the tool found: {output}.",
                  replies: dict[str, str] | None = None, delay_s: float = 0.01,
                  recordings: Path = RECORDINGS) -> None:
+        super().__init__()
         self.model = model
         self.reply = reply
         self.tool_reply = tool_reply
@@ -69,15 +70,7 @@ class ChatServer:
         self.delay_s = delay_s  # between streamed chunks, as a model writes them
         self.recordings = recordings
         self.requests: list[dict] = []
-        self.port: int | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._failure: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="chat-server", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(20) or self.port is None:
-            raise AssertionError(f"the chat server did not start: {self._failure!r}")
+        self.start()
 
     @property
     def url(self) -> str:
@@ -127,35 +120,9 @@ class ChatServer:
         return deltas, "stop"
 
     # ------------------------------------------------------------------ the server
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._serve())
-        except BaseException as exc:  # noqa: BLE001 - reported by the constructor's wait
-            self._failure = exc
-            self._ready.set()
-        finally:
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-
-    async def _serve(self) -> None:
-        from aiohttp import web
-
-        self._stop = asyncio.Event()
-        app = web.Application()
+    def routes(self, app) -> None:
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._completions)
-        runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]
-        self._ready.set()
-        try:
-            await self._stop.wait()
-        finally:
-            await runner.cleanup()
 
     async def _models(self, _request):
         from aiohttp import web
@@ -200,15 +167,6 @@ class ChatServer:
         except (ConnectionError, RuntimeError):  # the client closed the stream (a barge-in)
             pass
         return response
-
-    def close(self) -> None:
-        if self._loop is not None and self._stop is not None:
-            try:
-                self._loop.call_soon_threadsafe(self._stop.set)
-            except RuntimeError:  # the loop already ended
-                pass
-        self._thread.join(15)
-        assert not self._thread.is_alive(), "the chat server did not stop"
 
 
 def _words(text: str) -> set[str]:

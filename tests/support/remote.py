@@ -21,12 +21,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.support.loopback import LoopbackServer
 from tests.support.server import free_port
 
 
@@ -108,10 +108,13 @@ class MlxServer:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
-class FaultProxy:
+class FaultProxy(LoopbackServer):
     """A reverse proxy to ``upstream`` (``http://127.0.0.1:P``) that injects failures."""
 
+    name = "fault proxy"
+
     def __init__(self, upstream: str) -> None:
+        super().__init__()
         self.upstream = upstream.rstrip("/")
         self.require_key: str | None = None  # answer 401 unless this Bearer key is sent
         self.fail: list[int] = []  # answer these statuses (one per request) before forwarding
@@ -124,14 +127,7 @@ class FaultProxy:
         self.auth_seen: list[str] = []  # the Authorization headers received
         self.client_gone = 0  # answers the client stopped reading before they were complete
         self.cuts = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._ready = threading.Event()
-        self._stop: asyncio.Event | None = None
-        self.port: int | None = None
-        self._thread = threading.Thread(target=self._run, name="fault-proxy", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(20) or self.port is None:
-            raise AssertionError("the fault proxy did not start")
+        self.start()
 
     @property
     def url(self) -> str:
@@ -145,34 +141,19 @@ class FaultProxy:
         return sum(p == path for p in self.requests)
 
     # ------------------------------------------------------------------ the server
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._serve())
-        finally:
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-
-    async def _serve(self) -> None:
-        import aiohttp
-        from aiohttp import web
-
-        self._stop = asyncio.Event()
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+    def routes(self, app) -> None:
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]
-        self._ready.set()
-        try:
-            await self._stop.wait()
-        finally:
-            await runner.cleanup()
-            await self._session.close()
+
+    def app_options(self) -> dict:
+        return {"client_max_size": 64 * 1024 * 1024}
+
+    async def opened(self) -> None:
+        import aiohttp
+
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+
+    async def closing(self) -> None:
+        await self._session.close()
 
     async def _handle(self, request):
         from aiohttp import web
@@ -228,12 +209,3 @@ class FaultProxy:
                 return response
             await response.write_eof()
             return response
-
-    def close(self) -> None:
-        if self._loop is not None and self._stop is not None:
-            try:
-                self._loop.call_soon_threadsafe(self._stop.set)
-            except RuntimeError:
-                pass
-        self._thread.join(15)
-        assert not self._thread.is_alive(), "the fault proxy did not stop"

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from dataclasses import dataclass
+
+from tests.support.loopback import LoopbackServer
 
 
 @dataclass(frozen=True)
@@ -32,21 +33,17 @@ class Frame:
         return str(self.event.get("type", ""))
 
 
-class WsTap:
+class WsTap(LoopbackServer):
     """The relay to ``upstream`` (``ws://127.0.0.1:P``). ``frames`` grows as messages pass."""
 
+    name = "WebSocket relay"
+
     def __init__(self, upstream: str) -> None:
+        super().__init__()
         self.upstream = upstream.rstrip("/")
         self.frames: list[Frame] = []
         self.connections = 0
-        self.port: int | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ws-tap", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(20) or self.port is None:
-            raise AssertionError("the WebSocket relay did not start")
+        self.start()
 
     @property
     def url(self) -> str:
@@ -65,34 +62,16 @@ class WsTap:
         return self.sent("server", "error")
 
     # ------------------------------------------------------------------ the relay
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._serve())
-        finally:
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-
-    async def _serve(self) -> None:
-        import aiohttp
-        from aiohttp import web
-
-        self._stop = asyncio.Event()
-        self._session = aiohttp.ClientSession()
-        app = web.Application()
+    def routes(self, app) -> None:
         app.router.add_get("/{tail:.*}", self._relay)
-        runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]
-        self._ready.set()
-        try:
-            await self._stop.wait()
-        finally:
-            await runner.cleanup()
-            await self._session.close()
+
+    async def opened(self) -> None:
+        import aiohttp
+
+        self._session = aiohttp.ClientSession()
+
+    async def closing(self) -> None:
+        await self._session.close()
 
     def _record(self, sender: str, data: str) -> None:
         try:
@@ -142,12 +121,3 @@ class WsTap:
             if not client.closed:
                 await client.close()
         return client
-
-    def close(self) -> None:
-        if self._loop is not None and self._stop is not None:
-            try:
-                self._loop.call_soon_threadsafe(self._stop.set)
-            except RuntimeError:  # the loop already ended
-                pass
-        self._thread.join(15)
-        assert not self._thread.is_alive(), "the WebSocket relay did not stop"
