@@ -95,13 +95,19 @@ def _reply_audio(path: Path) -> dict:
 
 
 def _gguf_cache(llm_model: str) -> dict | None:
-    """Where the GGUF LLM is converted to, and whether that is done already."""
+    """Where the GGUF LLM's conversion is, and whether it existed before this start.
+
+    ``carried_by_app`` is true when the conversion is the one a built app carries, so
+    nothing was (or will be) converted into the user's cache.
+    """
     if not llm_model.lower().endswith(".gguf"):
         return None
-    from engine.backends.llm.gguf_convert import cached_folder_path, is_converted
+    from engine.backends.llm.gguf_convert import cached_folder_path, existing_conversion
 
-    folder = cached_folder_path(llm_model)
-    return {"folder": str(folder), "converted_before": is_converted(folder)}
+    found = existing_conversion(llm_model)
+    cache = cached_folder_path(llm_model)
+    return {"folder": str(found or cache), "converted_before": found is not None,
+            "carried_by_app": found is not None and found != cache}
 
 
 def _config(path: str | None):

@@ -411,21 +411,25 @@ def test_built_app_passes_its_self_test_in_a_clean_environment(tmp_path):
     figures = build.build()
     print(f"\nbuilt {figures['app']} in {figures['build_s']} s, {figures['size']}")
     assert build.executable().is_file()
-    # First start on a machine that never ran Parley: the GGUF LLM converts (~30 s).
-    first = build.run_self_test(env_extra={"PARLEY_CACHE_DIR": str(tmp_path / "cache")})
+    # First start on a machine that never ran Parley: the app carries the GGUF LLM's
+    # conversion made at build time, so nothing converts into the user's cache.
+    cache = tmp_path / "cache"
+    first = build.run_self_test(env_extra={"PARLEY_CACHE_DIR": str(cache)})
     assert first["exit_status"] == 0 and first["ok"], first
     assert first["frozen"] is True
-    assert first["llm_cache"]["converted_before"] is False
-    # Second start: converted model reused; this is the everyday launch time.
-    second = build.run_self_test(env_extra={"PARLEY_CACHE_DIR": str(tmp_path / "cache")})
+    assert first["llm_cache"]["converted_before"] is True
+    assert first["llm_cache"]["carried_by_app"] is True
+    # Second start: the everyday launch; still nothing written to the cache for the LLM.
+    second = build.run_self_test(env_extra={"PARLEY_CACHE_DIR": str(cache)})
     assert second["exit_status"] == 0 and second["ok"], second
-    assert second["llm_cache"]["converted_before"] is True
+    assert second["llm_cache"]["carried_by_app"] is True
+    assert not list(cache.glob("models/*/model.safetensors")), "the LLM was converted again"
     from app.selftest import normalize_words
 
     assert "one two three" in normalize_words(second["transcript"])
     assert second["reply"].strip() and second["launch_to_first_reply_audio_s"] > 0
     assert {p["stage"]: p["actual_device"] for p in second["placements"]} == {
         "vad": "cpu", "stt": "cpu", "llm": "cpu", "tts": "cpu"}
-    print(f"first launch (with conversion): first reply audio after "
+    print(f"first launch: first reply audio after "
           f"{first['launch_to_first_reply_audio_s']} s; later launches: "
           f"{second['launch_to_first_reply_audio_s']} s")

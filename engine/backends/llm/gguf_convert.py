@@ -60,6 +60,21 @@ def is_converted(folder: Path) -> bool:
     return (folder / SOURCE_FILE).is_file() and (folder / "model.safetensors").is_file()
 
 
+def existing_conversion(gguf_path: str | Path) -> Path | None:
+    """The finished conversion of ``gguf_path`` if there is one, without converting.
+
+    The user's cache is looked at first, then the conversion a built app carries
+    (made at build time, so a packaged app's first start converts nothing).
+    """
+    folder = cached_folder_path(gguf_path)
+    if is_converted(folder):
+        return folder
+    prebuilt = prebuilt_models_dir()
+    if prebuilt is not None and is_converted(prebuilt / folder.name):
+        return prebuilt / folder.name
+    return None
+
+
 def converted_folder(gguf_path: str | Path, progress: Progress = no_progress) -> Path:
     """The safetensors folder for ``gguf_path``, converting the GGUF the first time.
 
@@ -69,12 +84,10 @@ def converted_folder(gguf_path: str | Path, progress: Progress = no_progress) ->
     gguf = Path(gguf_path).expanduser()
     if not gguf.is_file():
         raise ModelError(f"GGUF model file not found: {gguf}")
+    found = existing_conversion(gguf)
+    if found is not None:
+        return found
     folder = cached_folder_path(gguf)
-    if is_converted(folder):
-        return folder
-    prebuilt = prebuilt_models_dir()
-    if prebuilt is not None and is_converted(prebuilt / folder.name):
-        return prebuilt / folder.name  # converted when the app was built: nothing to do
     with _lock:
         if is_converted(folder):  # another thread converted it while we waited
             return folder
