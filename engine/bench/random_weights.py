@@ -132,7 +132,8 @@ def build_random_llm(folder: Path, layers: int | None = None, seed: int = 0) -> 
 
 def _copy_tokenizer(folder: Path) -> None:
     """The bundled SmolLM2's tokenizer and chat template, beside a random LLM's weights."""
-    from engine.backends.llm.transformers_lm import bundled_model, resolve_model_folder
+    from engine.backends.llm.model_folder import resolve_model_folder
+    from engine.backends.llm.transformers_lm import bundled_model
 
     gguf = bundled_model()
     if gguf is None:
@@ -157,7 +158,8 @@ def build_random_causal_lm(folder: Path, name: str, layers: int | None, seed: in
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from engine.backends.llm.transformers_lm import bundled_model, resolve_model_folder
+    from engine.backends.llm.model_folder import resolve_model_folder
+    from engine.backends.llm.transformers_lm import bundled_model
 
     gguf = bundled_model()
     if gguf is None:

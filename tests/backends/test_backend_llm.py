@@ -15,7 +15,8 @@ import pytest
 from engine.backends.base import LoadRequest
 from engine.backends.llm.gguf_convert import SOURCE_FILE, converted_folder
 from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token
-from engine.backends.llm.transformers_lm import BUNDLED_FILE, _TextStream, bundled_model, load
+from engine.backends.llm.text_stream import TextStream
+from engine.backends.llm.transformers_lm import BUNDLED_FILE, bundled_model, load
 from engine.config import LlmConfig
 from engine.runtime.devices import CPU, Device
 from engine.errors import ConfigError, DeviceError, ModelError
@@ -136,7 +137,7 @@ def test_text_stream_keeps_multibyte_characters_whole(smollm2):
     tokenizer = smollm2.tokenizer
     sample = "Café naïve — 東京 😀 ok"
     ids = tokenizer(sample, add_special_tokens=False)["input_ids"]
-    stream = _TextStream(tokenizer)
+    stream = TextStream(tokenizer)
     pieces = [stream.push(ids[: i + 1]) for i in range(len(ids))]
     pieces.append(stream.flush())
     assert "".join(pieces) == tokenizer.decode(ids)

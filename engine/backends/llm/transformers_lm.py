@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,18 +26,16 @@ from pathlib import Path
 from engine.backends.llm import check_context, display_name, reusable_prefix
 from engine.backends.base import (ChatMessage, GenerationOptions, LlmModel, LlmSession, LlmStep, LoadRequest,
                                   Progress, ToolCall, no_progress)
+from engine.backends.llm.model_folder import resolve_model_folder
 from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token
+from engine.backends.llm.text_stream import TextStream
 from engine.backends.llm.tool_calls import (MARKERS, CallFilter, ToolFormat, no_tools_reason, offered_tools,
                                             render_chat, tool_format)
 from engine.errors import ConfigError, DeviceError, ModelError
-from engine.runtime.hub import offline as hub_offline
 from engine.runtime.memory import torch_weights_bytes
 from engine.runtime.mlx_lock import MlxLock, model_lock, unit_of_current_thread
 
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                 "pytorch_model.bin.index.json")
-_HUB_FILES = ["*.json", "*.safetensors", "*.jinja", "*.txt", "*.model", "*.tiktoken"]
 _DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
@@ -86,61 +83,6 @@ def load(request: LoadRequest, progress: Progress = no_progress) -> Transformers
     llm = TransformersLlm(model, tokenizer, folder)
     progress(1.0, f"loaded {folder.name} on {llm.actual_device} in {time.perf_counter() - started:.1f} s")
     return llm
-
-
-def resolve_model_folder(model: str, progress: Progress = no_progress) -> Path:
-    """The local folder holding ``model``: a .gguf's converted copy, a folder, or a hub snapshot."""
-    path = Path(model).expanduser()
-    if model.lower().endswith(".gguf"):
-        from engine.backends.llm.gguf_convert import converted_folder
-
-        return converted_folder(path, progress)
-    if path.is_dir():
-        _check_folder(path)
-        return path
-    if path.exists():
-        raise ModelError(f"llm.model = {model!r} is a file; give a model folder, a .gguf file or a hub id")
-    if _looks_like_path(model):
-        raise ModelError(f"model folder not found: {path}")
-    return _hub_snapshot(model, progress)
-
-
-def _looks_like_path(model: str) -> bool:
-    return (os.path.isabs(model) or model.startswith((".", "~")) or "\\" in model
-            or model.count("/") != 1)
-
-
-def _check_folder(folder: Path) -> None:
-    if not (folder / "config.json").is_file():
-        raise ModelError(f"model folder {folder} has no config.json")
-    if not any((folder / name).is_file() for name in _WEIGHT_FILES) and not any(folder.glob("*.safetensors")):
-        ggufs = sorted(p.name for p in folder.glob("*.gguf"))
-        hint = f"; to use {ggufs[0]}, give that file as the model" if ggufs else ""
-        raise ModelError(f"model folder {folder} has no weights (model.safetensors or "
-                         f"pytorch_model.bin){hint}")
-
-
-def _hub_snapshot(repo_id: str, progress: Progress) -> Path:
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
-
-    offline = hub_offline()
-    if not offline:
-        progress(None, f"fetching {repo_id} from the Hugging Face hub (first time only)")
-    try:
-        folder = Path(snapshot_download(repo_id, allow_patterns=_HUB_FILES, local_files_only=offline))
-    except LocalEntryNotFoundError:
-        if offline:
-            raise ModelError(f"model {repo_id!r} is not a local folder, is not in the Hugging Face "
-                             "cache, and HF_HUB_OFFLINE=1 forbids downloading it; download it where "
-                             "the hub is reachable, or give a local folder or .gguf file") from None
-        raise ModelError(f"model {repo_id!r} could not be downloaded (no connection to the hub?)") from None
-    except HFValidationError:
-        raise ModelError(f"llm.model = {repo_id!r} is neither a local folder nor a valid hub id") from None
-    except OSError as exc:  # RepositoryNotFoundError, HTTP errors, disk errors
-        raise ModelError(f"model {repo_id!r} could not be fetched from the hub: {exc}") from None
-    _check_folder(folder)
-    return folder
 
 
 def _torch_dtype(name: str, device):
@@ -309,7 +251,7 @@ class TransformersLlmSession(LlmSession):
         reply: list[int] = []
         ngrams = NgramBlocker(opts.no_repeat_ngram_size)
         fmt = llm.tool_format if tools else None
-        text = _TextStream(llm.tokenizer, MARKERS[fmt] if fmt else ())
+        text = TextStream(llm.tokenizer, MARKERS[fmt] if fmt else ())
         calls = CallFilter(fmt, tools)
         t_first = 0.0
         while True:
@@ -387,54 +329,3 @@ class TransformersLlmSession(LlmSession):
             raise
         self._cached_ids = self._cached_ids + token_ids
         return logits
-
-
-class _TextStream:
-    """Incremental detokenizer: new text per token, whole characters only.
-
-    Decodes a short window of recent tokens twice (with and without the newest ones) and
-    emits the difference, holding text back while it ends in a partial UTF-8 character
-    (U+FFFD). Decoding a window rather than the whole reply keeps this O(1) per token.
-    Special tokens are skipped, except those named in ``keep`` (a tool format's markers).
-    """
-
-    def __init__(self, tokenizer, keep: tuple[str, ...] = ()) -> None:
-        self.tokenizer = tokenizer
-        self.ids: list[int] = []
-        self.prefix = 0  # window start
-        self.read = 0  # tokens whose text has been emitted
-        self.emitted = ""
-        self.dropped = _special_ids(tokenizer, keep) if keep else None
-
-    def _decode(self, ids: list[int]) -> str:
-        if self.dropped is None:
-            return self.tokenizer.decode(ids, skip_special_tokens=True)
-        return self.tokenizer.decode([i for i in ids if i not in self.dropped], skip_special_tokens=False)
-
-    def push(self, ids: list[int]) -> str:
-        """The text that ``ids`` (the whole reply so far) adds to what was emitted."""
-        self.ids = ids
-        before = self._decode(ids[self.prefix:self.read])
-        after = self._decode(ids[self.prefix:])
-        if len(after) <= len(before) or after.endswith("\ufffd"):
-            return ""
-        self.prefix, self.read = self.read, len(ids)
-        piece = after[len(before):]
-        self.emitted += piece
-        return piece
-
-    def flush(self) -> str:
-        """Whatever the full reply decodes to beyond the emitted text (held-back bytes)."""
-        full = self._decode(self.ids)
-        if full.startswith(self.emitted) and len(full) > len(self.emitted):
-            piece = full[len(self.emitted):]
-            self.emitted = full
-            return piece
-        return ""
-
-
-def _special_ids(tokenizer, keep: tuple[str, ...]) -> frozenset[int]:
-    """The ids a decode that skips special tokens drops, less the tokens named in ``keep``."""
-    special = set(tokenizer.all_special_ids)
-    special.update(i for i, token in tokenizer.added_tokens_decoder.items() if token.special)
-    return frozenset(i for i in special if tokenizer.convert_ids_to_tokens(i) not in keep)
