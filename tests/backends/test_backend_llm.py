@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import threading
 
+import numpy as np
+
 import pytest
 
 from engine.backends.base import LoadRequest
 from engine.backends.llm.gguf_convert import SOURCE_FILE, converted_folder
-from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token
+from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token, softmax_at
 from engine.backends.llm.text_stream import TextStream
 from engine.backends.llm.transformers_lm import BUNDLED_FILE, bundled_model, load
 from engine.config import LlmConfig
@@ -254,12 +256,12 @@ def test_ngram_blocker_bans_the_token_that_repeats_an_ngram():
 
 
 def test_repetition_penalty_and_greedy_choice():
-    import torch
-
-    logits = torch.tensor([2.0, -1.0, 1.5, 0.5])
+    logits = np.array([2.0, -1.0, 1.5, 0.5], dtype=np.float32)
     apply_repetition_penalty(logits, [0, 1, 1], 2.0)
     assert logits.tolist() == [1.0, -2.0, 1.5, 0.5]
     assert choose_token(logits, 0.0, set()) == 2
     assert choose_token(logits, 0.0, {2}) == 0
-    picks = {choose_token(torch.tensor([0.0, 0.0, -50.0]), 1.0, {0}) for _ in range(20)}
+    picks = {choose_token(np.array([0.0, 0.0, -50.0], dtype=np.float32), 1.0, {0})
+             for _ in range(20)}
     assert picks == {1}
+    assert softmax_at(np.array([0.0, 0.0], dtype=np.float32), 1) == pytest.approx(0.5)

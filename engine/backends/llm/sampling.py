@@ -1,6 +1,6 @@
 """Choosing the next token: repetition penalty, no-repeat n-grams, greedy or sampled.
 
-These act on one row of logits (a 1-D torch tensor over the vocabulary) and on the
+These act on one row of logits (a 1-D float32 numpy array over the vocabulary) and on the
 reply's own token ids. The penalties look only at the reply, not the prompt: a system
 prompt and the user's words are full of tokens a good answer must reuse ("you", "the",
 the place the user asked about), while the loops the penalties exist for are the small
@@ -8,6 +8,8 @@ model repeating itself within one reply ("I'm glad to hear that. I'm glad to hea
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 #: Sampling keeps only the most likely tokens, as transformers' generate() does by default:
 #: a 135M model's long tail is mostly junk that pure temperature sampling would pick.
@@ -43,7 +45,7 @@ class NgramBlocker:
         return self._next.get(prefix, set())
 
 
-def apply_repetition_penalty(logits, tokens: list[int], penalty: float):
+def apply_repetition_penalty(logits: np.ndarray, tokens: list[int], penalty: float) -> np.ndarray:
     """Make every token already in ``tokens`` less likely (CTRL's rule, as in transformers).
 
     A positive logit is divided by ``penalty``, a negative one multiplied, once per
@@ -51,31 +53,39 @@ def apply_repetition_penalty(logits, tokens: list[int], penalty: float):
     """
     if penalty == 1.0 or not tokens:
         return logits
-    import torch
-
-    index = torch.tensor(sorted(set(tokens)), dtype=torch.long, device=logits.device)
-    picked = logits.index_select(0, index)
-    picked = torch.where(picked > 0, picked / penalty, picked * penalty)
-    logits.index_copy_(0, index, picked)
+    index = np.fromiter(set(tokens), dtype=np.int64)
+    picked = logits[index]
+    logits[index] = np.where(picked > 0, picked / penalty, picked * penalty)
     return logits
 
 
-def choose_token(logits, temperature: float, banned: set[int], generator=None) -> int:
+def choose_token(logits: np.ndarray, temperature: float, banned: set[int],
+                 rng: np.random.Generator | None = None) -> int:
     """The next token: argmax when ``temperature`` is 0, else sampled from the top-k.
 
     ``banned`` tokens get probability zero. If every token is banned (impossible with a
     real vocabulary and n-gram size > 1), the unbanned argmax rule still picks one.
     """
-    import torch
-
-    if banned:
-        index = torch.tensor(sorted(banned), dtype=torch.long, device=logits.device)
-        if index.numel() < logits.numel():
-            logits = logits.index_fill(0, index, float("-inf"))
+    if banned and len(banned) < logits.size:
+        logits = logits.copy()
+        logits[np.fromiter(banned, dtype=np.int64)] = -np.inf
     if temperature == 0.0:
-        return int(torch.argmax(logits))
-    k = min(SAMPLING_TOP_K, logits.numel())
-    top, top_index = torch.topk(logits / temperature, k)
-    probs = torch.softmax(top, dim=-1)
-    pick = torch.multinomial(probs, 1, generator=generator)
-    return int(top_index[pick])
+        return int(np.argmax(logits))
+    k = min(SAMPLING_TOP_K, logits.size)
+    top_index = np.argpartition(logits, -k)[-k:]
+    top = logits[top_index].astype(np.float64) / temperature
+    probs = np.exp(top - top.max())
+    probs /= probs.sum()
+    return int(top_index[(rng or _rng).choice(k, p=probs)])
+
+
+_rng = np.random.default_rng()
+
+
+def softmax_at(logits: np.ndarray, token: int | None) -> float:
+    """The probability softmax gives ``token`` in ``logits`` (0.0 for no token)."""
+    if token is None:
+        return 0.0
+    row = logits.astype(np.float64)
+    row = np.exp(row - row.max())
+    return float(row[token] / row.sum())

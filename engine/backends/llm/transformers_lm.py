@@ -27,7 +27,7 @@ from engine.backends.llm import check_context, display_name, reusable_prefix
 from engine.backends.base import (ChatMessage, GenerationOptions, LlmModel, LlmSession, LlmStep, LoadRequest,
                                   Progress, ToolCall, no_progress)
 from engine.backends.llm.model_folder import resolve_model_folder
-from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token
+from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token, softmax_at
 from engine.backends.llm.text_stream import TextStream
 from engine.backends.llm.tool_calls import (MARKERS, CallFilter, ToolFormat, no_tools_reason, offered_tools,
                                             render_chat, tool_format)
@@ -156,7 +156,8 @@ class TransformersLlm(LlmModel):
             kwargs[self._keep_kwarg] = 1  # a long prefill needs only the last row of logits
         with self.lock.hold("llm", unit_of_current_thread()):
             out = self.model(input_ids=ids, **kwargs)
-        return out.logits[0, -1].float()
+        # Sampling works on numpy: one row of logits, copied off the GPU once per token.
+        return out.logits[0, -1].float().cpu().numpy()
 
     def memory_bytes(self) -> int | None:
         """Peak allocated memory on the model's GPU, or the process RSS on CPU."""
@@ -243,7 +244,7 @@ class TransformersLlmSession(LlmSession):
                 # say how likely the message ends now, at no extra cost.
                 start = cut - self._prefill(prompt[:cut])
                 head = self._run(prompt[start:cut])
-                end_of_turn = float(torch.softmax(head, -1)[llm.end_of_message_id])
+                end_of_turn = softmax_at(head, llm.end_of_message_id)
                 logits = self._run(prompt[cut:])
                 prefilled = len(prompt) - start
         prefill_seconds = time.perf_counter() - started
@@ -255,9 +256,8 @@ class TransformersLlmSession(LlmSession):
         calls = CallFilter(fmt, tools)
         t_first = 0.0
         while True:
-            with torch.inference_mode():
-                apply_repetition_penalty(logits, reply, opts.repetition_penalty)
-                token = choose_token(logits, opts.temperature, ngrams.banned())
+            apply_repetition_penalty(logits, reply, opts.repetition_penalty)
+            token = choose_token(logits, opts.temperature, ngrams.banned())
             now = time.perf_counter()
             if not reply:
                 t_first = now
