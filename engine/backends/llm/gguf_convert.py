@@ -17,21 +17,18 @@ first start converts nothing.
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import shutil
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 from engine.backends.base import Progress, no_progress
+from engine.backends.llm.conversion_cache import SOURCE_FILE, cache_folder, find_existing, write_once
 from engine.errors import ModelError
-from engine.runtime.paths import cache_dir, prebuilt_models_dir
 
-#: Written last into a converted folder; its presence means the folder is complete.
-SOURCE_FILE = "parley_source.json"
-_STALE_TEMP_SECONDS = 3600
+__all__ = ["SOURCE_FILE", "cached_folder_path", "converted_folder", "existing_conversion",
+           "is_converted"]
+
+_WEIGHTS = "model.safetensors"
 _lock = threading.Lock()  # one conversion at a time in this process
 
 
@@ -52,12 +49,12 @@ def cached_folder_path(gguf_path: str | Path) -> Path:
         digest.update(fh.read(_EDGE_BYTES))
         fh.seek(max(0, st.st_size - _EDGE_BYTES))
         digest.update(fh.read(_EDGE_BYTES))
-    return cache_dir() / "models" / f"{gguf.stem}-{digest.hexdigest()[:12]}"
+    return cache_folder(f"{gguf.stem}-{digest.hexdigest()[:12]}")
 
 
 def is_converted(folder: Path) -> bool:
     """True when ``folder`` is a complete conversion."""
-    return (folder / SOURCE_FILE).is_file() and (folder / "model.safetensors").is_file()
+    return (folder / SOURCE_FILE).is_file() and (folder / _WEIGHTS).is_file()
 
 
 def existing_conversion(gguf_path: str | Path) -> Path | None:
@@ -66,13 +63,7 @@ def existing_conversion(gguf_path: str | Path) -> Path | None:
     The user's cache is looked at first, then the conversion a built app carries
     (made at build time, so a packaged app's first start converts nothing).
     """
-    folder = cached_folder_path(gguf_path)
-    if is_converted(folder):
-        return folder
-    prebuilt = prebuilt_models_dir()
-    if prebuilt is not None and is_converted(prebuilt / folder.name):
-        return prebuilt / folder.name
-    return None
+    return find_existing(cached_folder_path(gguf_path).name, _WEIGHTS)
 
 
 def converted_folder(gguf_path: str | Path, progress: Progress = no_progress) -> Path:
@@ -95,32 +86,16 @@ def converted_folder(gguf_path: str | Path, progress: Progress = no_progress) ->
 
 
 def _convert(gguf: Path, folder: Path, progress: Progress) -> Path:
-    parent = folder.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ModelError(f"cannot create the model cache folder {parent}: {exc.strerror}") from None
-    _remove_stale_temps(parent, folder.name)
-    if folder.exists():  # a folder without the marker was not written by us: replace it
-        shutil.rmtree(folder, ignore_errors=True)
     progress(None, f"converting {gguf.name} to safetensors once, ~30 s")
     started = time.perf_counter()
-    temp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=parent))
-    try:
+
+    def write(temp: Path) -> dict:
         _write_folder(gguf, temp)
-        seconds = time.perf_counter() - started
-        source = {"gguf": str(gguf), "size": gguf.stat().st_size,
-                  "mtime_ns": gguf.stat().st_mtime_ns, "conversion_seconds": round(seconds, 2)}
-        (temp / SOURCE_FILE).write_text(json.dumps(source, indent=2), encoding="utf-8")
-        try:
-            os.rename(temp, folder)
-        except OSError:
-            if not is_converted(folder):  # not a concurrent winner: a real failure
-                raise
-            shutil.rmtree(temp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(temp, ignore_errors=True)
-        raise
+        st = gguf.stat()
+        return {"gguf": str(gguf), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                "conversion_seconds": round(time.perf_counter() - started, 2)}
+
+    write_once(folder, write)
     progress(1.0, f"converted {gguf.name} in {time.perf_counter() - started:.1f} s")
     return folder
 
@@ -148,14 +123,3 @@ def _write_folder(gguf: Path, out: Path) -> None:
     fresh.generation_config = loaded.generation_config
     fresh.save_pretrained(out)
     tokenizer.save_pretrained(out)
-
-
-def _remove_stale_temps(parent: Path, name: str) -> None:
-    """Drop temp folders left by conversions that were killed (older than an hour)."""
-    now = time.time()
-    for temp in parent.glob(f".{name}.tmp-*"):
-        try:
-            if now - temp.stat().st_mtime > _STALE_TEMP_SECONDS:
-                shutil.rmtree(temp, ignore_errors=True)
-        except OSError:
-            pass
