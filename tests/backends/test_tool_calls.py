@@ -266,10 +266,12 @@ def hermes_lm(tiny_lm_folder, tmp_path_factory):
     return load(LoadRequest(str(folder), CPU, "auto", LlmConfig()))
 
 
-def scripted(monkeypatch, module, token_ids):
-    """Make the backend's sampler choose ``token_ids`` in turn (then end of message)."""
+def scripted(monkeypatch, token_ids):
+    """Make the local backends' sampler choose ``token_ids`` in turn (then end of message)."""
+    from engine.backends.llm import local_session
+
     script = itertools.chain(token_ids, itertools.repeat(2))  # 2: <|im_end|>
-    monkeypatch.setattr(module, "choose_token", lambda *args, **kwargs: next(script))
+    monkeypatch.setattr(local_session, "choose_token", lambda *args, **kwargs: next(script))
 
 
 def ids_of(tokenizer, text):
@@ -326,13 +328,12 @@ def test_transformers_history_with_calls_renders_through_the_template(hermes_lm)
 
 @pytest.mark.slow
 def test_transformers_streams_words_and_puts_the_call_on_the_last_step(hermes_lm, monkeypatch):
-    from engine.backends.llm import transformers_lm
 
     tok = hermes_lm.tokenizer
     reply = ids_of(tok, HERMES_REPLY)
     assert tok.convert_tokens_to_ids("<tool_call>") in reply
     assert "<tool_call>" not in tok.decode(reply, skip_special_tokens=True)  # the hazard
-    scripted(monkeypatch, transformers_lm, reply)
+    scripted(monkeypatch, reply)
     steps = list(hermes_lm.new_session().generate(
         QUESTION, GenerationOptions(max_new_tokens=80, tools=(WEATHER, CLOCK)), lambda: False))
     assert "".join(s.text for s in steps) == "Sure, one moment.\n"
@@ -348,9 +349,8 @@ def test_transformers_streams_words_and_puts_the_call_on_the_last_step(hermes_lm
 
 @pytest.mark.slow
 def test_transformers_tool_reply_still_stops_within_one_token(hermes_lm, monkeypatch):
-    from engine.backends.llm import transformers_lm
 
-    scripted(monkeypatch, transformers_lm, ids_of(hermes_lm.tokenizer, HERMES_REPLY))
+    scripted(monkeypatch, ids_of(hermes_lm.tokenizer, HERMES_REPLY))
     steps = []
     options = GenerationOptions(max_new_tokens=80, tools=(WEATHER,))
     for step in hermes_lm.new_session().generate(QUESTION, options, lambda: len(steps) >= 3):
@@ -360,10 +360,9 @@ def test_transformers_tool_reply_still_stops_within_one_token(hermes_lm, monkeyp
 
 @pytest.mark.slow
 def test_transformers_malformed_call_is_an_error_not_speech(hermes_lm, monkeypatch):
-    from engine.backends.llm import transformers_lm
 
     bad = '<tool_call>\n{"name": "get_weather", "arguments": "Paris"}\n</tool_call>'
-    scripted(monkeypatch, transformers_lm, ids_of(hermes_lm.tokenizer, bad))
+    scripted(monkeypatch, ids_of(hermes_lm.tokenizer, bad))
     spoken = []
     with pytest.raises(ToolCallError, match="'arguments' must be a JSON object"):
         for step in hermes_lm.new_session().generate(
@@ -374,7 +373,6 @@ def test_transformers_malformed_call_is_an_error_not_speech(hermes_lm, monkeypat
 
 @pytest.mark.slow
 def test_transformers_llama3_template_and_python_tag(hermes_lm, monkeypatch):
-    from engine.backends.llm import transformers_lm
     from engine.backends.llm.transformers_lm import TransformersLlm
 
     tokenizer = copy.deepcopy(hermes_lm.tokenizer)
@@ -384,7 +382,7 @@ def test_transformers_llama3_template_and_python_tag(hermes_lm, monkeypatch):
     text = prompt_text(llama.new_session(), QUESTION, GenerationOptions(tools=(WEATHER,)))
     assert '"parameters": dictionary of argument name' in text and '"name": "get_weather"' in text
     call = '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}'
-    scripted(monkeypatch, transformers_lm, ids_of(tokenizer, call))
+    scripted(monkeypatch, ids_of(tokenizer, call))
     options = GenerationOptions(max_new_tokens=40, tools=(WEATHER,))
     steps = list(llama.new_session().generate(QUESTION, options, lambda: False))
     assert "".join(s.text for s in steps) == ""

@@ -20,17 +20,14 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from engine.backends.llm import check_context, display_name, reusable_prefix
-from engine.backends.base import (ChatMessage, GenerationOptions, LlmModel, LlmSession, LlmStep, LoadRequest,
-                                  Progress, ToolCall, no_progress)
+from engine.backends.llm import display_name, reusable_prefix
+from engine.backends.base import (ChatMessage, GenerationOptions, LlmModel, LoadRequest,
+                                  Progress, no_progress)
+from engine.backends.llm.local_session import LocalLlmSession, end_of_message_id
 from engine.backends.llm.model_folder import resolve_model_folder
-from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token, softmax_at
-from engine.backends.llm.text_stream import TextStream
-from engine.backends.llm.tool_calls import (MARKERS, CallFilter, ToolFormat, no_tools_reason, offered_tools,
-                                            render_chat, tool_format)
+from engine.backends.llm.tool_calls import (ToolFormat, no_tools_reason, render_chat, tool_format)
 from engine.errors import ConfigError, DeviceError, ModelError
 from engine.runtime.memory import torch_weights_bytes
 from engine.runtime.mlx_lock import MlxLock, model_lock, unit_of_current_thread
@@ -117,7 +114,7 @@ class TransformersLlm(LlmModel):
         self.dtype = str(first.dtype).removeprefix("torch.")
         self.context_tokens = int(getattr(model.config, "max_position_embeddings", 0) or 0)
         self.stop_ids = _stop_token_ids(model, tokenizer)
-        self.end_of_message_id = _end_of_message_id(tokenizer)
+        self.end_of_message_id = end_of_message_id(tokenizer)
         params = inspect.signature(model.forward).parameters
         # transformers 5.x renamed past_key_values to cache
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
@@ -137,6 +134,10 @@ class TransformersLlm(LlmModel):
         return render_chat(self.tokenizer, self.name, self.tool_format, messages, options,
                            add_generation_prompt=add_generation_prompt, tokenize=False)
 
+    def encode(self, text: str) -> list[int]:
+        """The token ids of ``text`` (no special tokens added)."""
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
     def warmup(self) -> None:
         """Run a one-token reply so the first real turn does not pay for lazy setup."""
         for _ in self.new_session().generate([{"role": "user", "content": "Hi"}],
@@ -146,7 +147,7 @@ class TransformersLlm(LlmModel):
     def forward(self, token_ids: list[int], cache):
         """Run ``token_ids`` through the model on top of ``cache``; the last position's logits.
 
-        Call under ``torch.inference_mode()``. Serialized by the model's lock.
+        Serialized by the model's lock.
         """
         import torch
 
@@ -154,7 +155,7 @@ class TransformersLlm(LlmModel):
         kwargs = {self._cache_kwarg: cache, "use_cache": True}
         if self._keep_kwarg:
             kwargs[self._keep_kwarg] = 1  # a long prefill needs only the last row of logits
-        with self.lock.hold("llm", unit_of_current_thread()):
+        with self.lock.hold("llm", unit_of_current_thread()), torch.inference_mode():
             out = self.model(input_ids=ids, **kwargs)
         # Sampling works on numpy: one row of logits, copied off the GPU once per token.
         return out.logits[0, -1].float().cpu().numpy()
@@ -173,15 +174,6 @@ class TransformersLlm(LlmModel):
         return int(psutil.Process().memory_info().rss)
 
 
-def _end_of_message_id(tokenizer) -> int | None:
-    """The token that closes a chat message (``<|im_end|>``, Llama's ``<|eot_id|>``...)."""
-    for name in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>"):
-        token = tokenizer.convert_tokens_to_ids(name)
-        if isinstance(token, int) and token != tokenizer.unk_token_id:
-            return token
-    return tokenizer.eos_token_id
-
-
 def _stop_token_ids(model, tokenizer) -> frozenset[int]:
     ids: set[int] = set()
     eos = getattr(model.generation_config, "eos_token_id", None)
@@ -194,11 +186,12 @@ def _stop_token_ids(model, tokenizer) -> frozenset[int]:
     return frozenset(ids)
 
 
-class TransformersLlmSession(LlmSession):
+class TransformersLlmSession(LocalLlmSession):
     """One conversation on a shared model: the KV cache and the token ids it holds."""
 
     def __init__(self, llm: TransformersLlm) -> None:
-        self.llm = llm
+        super().__init__(llm)
+        self.llm: TransformersLlm = llm
         self._cache = None
         self._cached_ids: list[int] = []  # exactly the tokens whose keys/values are cached
 
@@ -212,97 +205,6 @@ class TransformersLlmSession(LlmSession):
         (with the tools ``options`` offer, if any)."""
         text = self.llm.render(messages, options, add_generation_prompt=True)
         return list(self.llm.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def generate(self, messages: list[ChatMessage], options: GenerationOptions,
-                 should_stop: Callable[[], bool]) -> Iterator[LlmStep]:
-        """Stream the reply to ``messages``, one step per generated token.
-
-        The last step has ``finished=True`` (end-of-turn token or ``max_new_tokens``)
-        and the calls the model made, if tools were offered (``tool_calls``). When
-        ``should_stop()`` turns true (checked before every token) the reply ends with no
-        further step. Iterate in the thread that owns this session.
-        """
-        import torch
-
-        llm = self.llm
-        opts = options
-        max_new_tokens = options.max_new_tokens
-        tools = offered_tools(options)
-        prompt = self.prompt_ids(messages, options)
-        check_context(len(prompt), max_new_tokens, llm.context_tokens)
-        if should_stop():
-            return
-        started = time.perf_counter()
-        end_of_turn = None
-        with torch.inference_mode():
-            cut = self._user_text_end(messages, options, prompt) if options.score_end_of_turn else None
-            if cut is None:
-                prefilled = self._prefill(prompt)
-                logits = self._run(prompt[len(prompt) - prefilled:])
-            else:
-                # Prefill in two runs split where the user's text ends: the logits there
-                # say how likely the message ends now, at no extra cost.
-                start = cut - self._prefill(prompt[:cut])
-                head = self._run(prompt[start:cut])
-                end_of_turn = softmax_at(head, llm.end_of_message_id)
-                logits = self._run(prompt[cut:])
-                prefilled = len(prompt) - start
-        prefill_seconds = time.perf_counter() - started
-
-        reply: list[int] = []
-        ngrams = NgramBlocker(opts.no_repeat_ngram_size)
-        fmt = llm.tool_format if tools else None
-        text = TextStream(llm.tokenizer, MARKERS[fmt] if fmt else ())
-        calls = CallFilter(fmt, tools)
-        t_first = 0.0
-        while True:
-            apply_repetition_penalty(logits, reply, opts.repetition_penalty)
-            token = choose_token(logits, opts.temperature, ngrams.banned())
-            now = time.perf_counter()
-            if not reply:
-                t_first = now
-            first_step_extra = {"end_of_turn_probability": end_of_turn} if not reply else {}
-            if token in llm.stop_ids:
-                # The end-of-turn token cost a forward pass too: count it in the rate.
-                yield self._step(*calls.split(text.flush(), True), reply, len(reply), prefilled,
-                                 prefill_seconds, t_first, now, True, **first_step_extra)
-                return
-            reply.append(token)
-            ngrams.add(token)
-            last = len(reply) >= max_new_tokens
-            piece = text.push(reply) + (text.flush() if last else "")
-            yield self._step(*calls.split(piece, last), reply, len(reply) - 1, prefilled,
-                             prefill_seconds, t_first, now, last, **first_step_extra)
-            if last or should_stop():
-                return
-            with torch.inference_mode():
-                logits = self._run([token])
-
-    def _step(self, piece: str, tool_calls: tuple[ToolCall, ...], reply: list[int], forwards: int,
-              prefilled: int, prefill_seconds: float, t_first: float, now: float, finished: bool,
-              end_of_turn_probability: float | None = None) -> LlmStep:
-        # The first token comes from the prefill's logits; the rate counts decode passes
-        # since then (0.0 until there is one).
-        rate = forwards / (now - t_first) if forwards > 0 and now > t_first else 0.0
-        return LlmStep(text=piece, tokens=len(reply), prompt_tokens=prefilled,
-                       prefill_seconds=prefill_seconds, tokens_per_second=rate,
-                       peak_memory_bytes=self.llm.memory_bytes(), finished=finished,
-                       end_of_turn_probability=end_of_turn_probability, tool_calls=tool_calls)
-
-    def _user_text_end(self, messages: list[ChatMessage], options: GenerationOptions,
-                       prompt: list[int]) -> int | None:
-        """Where in ``prompt`` the last user message's text ends (before its end-of-message
-        token), or None when the chat template does not allow telling."""
-        tok, end = self.llm.tokenizer, self.llm.end_of_message_id
-        if end is None or not messages or messages[-1].get("role") != "user":
-            return None
-        text = self.llm.render(messages, options, add_generation_prompt=False)
-        marker = tok.convert_ids_to_tokens(end)
-        cut = text.rfind(marker) if isinstance(marker, str) else -1
-        if cut <= 0:
-            return None
-        head = list(tok(text[:cut], add_special_tokens=False)["input_ids"])
-        return len(head) if prompt[:len(head)] == head and len(head) < len(prompt) else None
 
     def _prefill(self, prompt: list[int]) -> int:
         """Crop the cache to its common prefix with ``prompt``; how many tokens remain to run."""

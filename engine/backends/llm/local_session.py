@@ -1,0 +1,167 @@
+"""The decode loop every local LLM backend shares: KV reuse, sampling, tools, figures.
+
+A backend's session says only how its KV cache is kept: ``_prefill`` keeps the cache's
+common prefix with a new prompt and says how many tokens remain to run, ``_run`` runs
+tokens on top of the cache and returns the last position's logits (a numpy row), and
+``reset`` forgets it. This class does the rest, the same way for every backend: the
+prompt from the chat template, the end-of-turn probability read from the prefill, the
+repetition penalty and n-gram blocking, streaming detokenization, tool calls kept out of
+the spoken text, cancellation checked before every token, and each step's figures.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+import numpy as np
+
+from engine.backends.base import ChatMessage, GenerationOptions, LlmSession, LlmStep, ToolCall
+from engine.backends.llm import check_context
+from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token, softmax_at
+from engine.backends.llm.text_stream import TextStream
+from engine.backends.llm.tool_calls import MARKERS, CallFilter, ToolFormat, offered_tools
+
+
+class LocalLlm(Protocol):
+    """What the decode loop reads from a loaded local model."""
+
+    tokenizer: Any  # transformers' tokenizer or a ChatTokenizer (same names)
+    tool_format: ToolFormat | None
+    stop_ids: frozenset[int]
+    end_of_message_id: int | None
+    context_tokens: int
+
+    def render(self, messages: list[ChatMessage], options: GenerationOptions | None,
+               add_generation_prompt: bool) -> str:
+        """``messages`` through the chat template as text."""
+        ...
+
+    def encode(self, text: str) -> list[int]:
+        """The token ids of ``text`` (no special tokens added)."""
+        ...
+
+    def memory_bytes(self) -> int | None:
+        """The model's memory now (GPU peak, or the process RSS on a CPU)."""
+        ...
+
+
+def end_of_message_id(tokenizer) -> int | None:
+    """The token that closes a chat message (``<|im_end|>``, Llama's ``<|eot_id|>``...)."""
+    for name in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>"):
+        token = tokenizer.convert_tokens_to_ids(name)
+        if isinstance(token, int) and token != tokenizer.unk_token_id:
+            return token
+    return tokenizer.eos_token_id
+
+
+class LocalLlmSession(LlmSession):
+    """One conversation on a shared local model; subclasses keep its KV cache."""
+
+    def __init__(self, llm: LocalLlm) -> None:
+        self.llm = llm
+
+    def reset(self) -> None:
+        """Forget the KV cache (the next turn prefills its whole prompt)."""
+        raise NotImplementedError
+
+    def _prefill(self, prompt: list[int]) -> int:
+        """Keep the cache's common prefix with ``prompt``; how many tokens remain to run."""
+        raise NotImplementedError
+
+    def _run(self, token_ids: list[int]) -> np.ndarray:
+        """Run ``token_ids`` on top of the cache; the last position's logits."""
+        raise NotImplementedError
+
+    def prompt_ids(self, messages: list[ChatMessage], options: GenerationOptions | None = None) -> list[int]:
+        """The token ids of ``messages`` rendered by the chat template, ready for a reply
+        (with the tools ``options`` offer, if any)."""
+        return self.llm.encode(self.llm.render(messages, options, add_generation_prompt=True))
+
+    def generate(self, messages: list[ChatMessage], options: GenerationOptions,
+                 should_stop: Callable[[], bool]) -> Iterator[LlmStep]:
+        """Stream the reply to ``messages``, one step per generated token.
+
+        The last step has ``finished=True`` (end-of-turn token or ``max_new_tokens``)
+        and the calls the model made, if tools were offered (``tool_calls``). When
+        ``should_stop()`` turns true (checked before every token) the reply ends with no
+        further step. Iterate in the thread that owns this session.
+        """
+        llm = self.llm
+        opts = options
+        max_new_tokens = options.max_new_tokens
+        tools = offered_tools(options)
+        prompt = self.prompt_ids(messages, options)
+        check_context(len(prompt), max_new_tokens, llm.context_tokens)
+        if should_stop():
+            return
+        started = time.perf_counter()
+        end_of_turn = None
+        cut = self._user_text_end(messages, options, prompt) if options.score_end_of_turn else None
+        if cut is None:
+            prefilled = self._prefill(prompt)
+            logits = self._run(prompt[len(prompt) - prefilled:])
+        else:
+            # Prefill in two runs split where the user's text ends: the logits there
+            # say how likely the message ends now, at no extra cost.
+            start = cut - self._prefill(prompt[:cut])
+            head = self._run(prompt[start:cut])
+            end_of_turn = softmax_at(head, llm.end_of_message_id)
+            logits = self._run(prompt[cut:])
+            prefilled = len(prompt) - start
+        prefill_seconds = time.perf_counter() - started
+
+        reply: list[int] = []
+        ngrams = NgramBlocker(opts.no_repeat_ngram_size)
+        fmt = llm.tool_format if tools else None
+        text = TextStream(llm.tokenizer, MARKERS[fmt] if fmt else ())
+        calls = CallFilter(fmt, tools)
+        t_first = 0.0
+        while True:
+            apply_repetition_penalty(logits, reply, opts.repetition_penalty)
+            token = choose_token(logits, opts.temperature, ngrams.banned())
+            now = time.perf_counter()
+            if not reply:
+                t_first = now
+            first_step_extra = {"end_of_turn_probability": end_of_turn} if not reply else {}
+            if token in llm.stop_ids:
+                # The end-of-turn token cost a forward pass too: count it in the rate.
+                yield self._step(*calls.split(text.flush(), True), reply, len(reply), prefilled,
+                                 prefill_seconds, t_first, now, True, **first_step_extra)
+                return
+            reply.append(token)
+            ngrams.add(token)
+            last = len(reply) >= max_new_tokens
+            piece = text.push(reply) + (text.flush() if last else "")
+            yield self._step(*calls.split(piece, last), reply, len(reply) - 1, prefilled,
+                             prefill_seconds, t_first, now, last, **first_step_extra)
+            if last or should_stop():
+                return
+            logits = self._run([token])
+
+    def _step(self, piece: str, tool_calls: tuple[ToolCall, ...], reply: list[int], forwards: int,
+              prefilled: int, prefill_seconds: float, t_first: float, now: float, finished: bool,
+              end_of_turn_probability: float | None = None) -> LlmStep:
+        # The first token comes from the prefill's logits; the rate counts decode passes
+        # since then (0.0 until there is one).
+        rate = forwards / (now - t_first) if forwards > 0 and now > t_first else 0.0
+        return LlmStep(text=piece, tokens=len(reply), prompt_tokens=prefilled,
+                       prefill_seconds=prefill_seconds, tokens_per_second=rate,
+                       peak_memory_bytes=self.llm.memory_bytes(), finished=finished,
+                       end_of_turn_probability=end_of_turn_probability, tool_calls=tool_calls)
+
+    def _user_text_end(self, messages: list[ChatMessage], options: GenerationOptions,
+                       prompt: list[int]) -> int | None:
+        """Where in ``prompt`` the last user message's text ends (before its end-of-message
+        token), or None when the chat template does not allow telling."""
+        tok, end = self.llm.tokenizer, self.llm.end_of_message_id
+        if end is None or not messages or messages[-1].get("role") != "user":
+            return None
+        text = self.llm.render(messages, options, add_generation_prompt=False)
+        marker = tok.convert_ids_to_tokens(end)
+        cut = text.rfind(marker) if isinstance(marker, str) else -1
+        if cut <= 0:
+            return None
+        head = self.llm.encode(text[:cut])
+        return len(head) if prompt[:len(head)] == head and len(head) < len(prompt) else None
