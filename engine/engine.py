@@ -195,7 +195,8 @@ class Engine:
                 self._note(f"end of turn: silence ({config.turns.end_of_turn.value} asked for "
                            f"learned, which is unavailable: {exc})")
                 return
-        text = ("the LLM's text signal" if self.placements["llm"].backend == "transformers"
+        signal = "llm" in self.models and model_of(self.models, "llm").end_of_turn_signal()
+        text = ("the LLM's text signal" if signal
                 else "no text signal from this LLM backend, so turns wait for the reopen grace")
         self._note(f"end of turn: learned (Smart Turn v3.2 audio model, {text})")
 

