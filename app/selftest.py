@@ -18,24 +18,18 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
 import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
 
+# The one word normalizer (bench --quality scores with it too); light: re only.
+from engine.bench.words import normalize_words
+
 SAMPLE = "one_two_three_44k.wav"
 EXPECTED_WORDS = "one two three"
-_DIGITS = {"0": "zero", "1": "one", "2": "two", "3": "three", "4": "four", "5": "five",
-           "6": "six", "7": "seven", "8": "eight", "9": "nine"}
 _MIN_REPLY_AUDIO_S = 0.3
-
-
-def normalize_words(text: str) -> str:
-    """Lower-case words, digits spelled out ("1, 2, 3." -> "one two three")."""
-    text = re.sub(r"\d", lambda m: f" {_DIGITS[m.group()]} ", text.lower())
-    return " ".join(re.sub(r"[^a-z' ]+", " ", text).split())
 
 
 def launch_epoch() -> float:
@@ -94,19 +88,26 @@ def _reply_audio(path: Path) -> dict:
     return {"seconds": round(data.size / rate, 3), "rms": round(rms, 5), "sample_rate": rate}
 
 
-def _gguf_cache(llm_model: str) -> dict | None:
-    """Where the GGUF LLM's conversion is, and whether it existed before this start.
+def _llm_conversion(backend: str, llm_model: str) -> dict | None:
+    """Where the GGUF LLM's conversion for ``backend`` is, and whether it existed before
+    this start (onnx-genai loads an ONNX folder, transformers a safetensors one).
 
     ``carried_by_app`` is true when the conversion is the one a built app carries, so
     nothing was (or will be) converted into the user's cache.
     """
     if not llm_model.lower().endswith(".gguf"):
         return None
-    from engine.backends.llm.gguf_convert import cached_folder_path, existing_conversion
+    if backend == "onnx-genai":
+        from engine.backends.llm.conversion_cache import cache_folder
+        from engine.backends.llm.onnx_convert import conversion_name, existing_conversion
 
-    found = existing_conversion(llm_model)
-    cache = cached_folder_path(llm_model)
-    return {"folder": str(found or cache), "converted_before": found is not None,
+        found, cache = existing_conversion(llm_model), cache_folder(conversion_name(llm_model))
+    else:
+        from engine.backends.llm import gguf_convert
+
+        found = gguf_convert.existing_conversion(llm_model)
+        cache = gguf_convert.cached_folder_path(llm_model)
+    return {"backend": backend, "folder": str(found or cache), "converted_before": found is not None,
             "carried_by_app": found is not None and found != cache}
 
 
@@ -140,7 +141,8 @@ def _run(config_path: str | None, summary: dict) -> list[str]:
     def resolved(engine) -> None:  # placements known, nothing loaded yet
         nonlocal started
         summary["notes"] = list(engine.notes)
-        summary["llm_cache"] = _gguf_cache(engine.placements["llm"].model)
+        llm = engine.placements["llm"]
+        summary["llm_cache"] = _llm_conversion(llm.backend, llm.model)
         started = time.perf_counter()
 
     engine = load_engine(config, progress=timeline.progress, hub=HubStatus(offline=True),

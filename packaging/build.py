@@ -97,21 +97,27 @@ def human(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
-def prebuilt_llm() -> Path | None:
-    """The bundled SmolLM2 GGUF converted now (or found converted in the cache), for the
-    app to carry: its first start then converts nothing. None without the GGUF."""
+def prebuilt_llm() -> list[Path]:
+    """The bundled SmolLM2 converted now (or found converted in the cache) for the app to
+    carry, so its first start converts nothing: the int4 ONNX folder the default CPU
+    backend (onnx-genai) loads. Empty without the GGUF.
+
+    The safetensors copy (what transformers loads, ~540 MB) stays out: an app told to use
+    ``llm.backend = transformers`` converts it on its first start instead.
+    """
     sys.path.insert(0, str(ROOT))
-    from engine.backends.llm.gguf_convert import converted_folder
+    from engine.backends.llm.onnx_convert import converted_folder
     from engine.backends.llm.transformers_lm import bundled_model
 
     gguf = bundled_model()
     if gguf is None:
-        return None
+        return []
     started = time.perf_counter()
-    folder = converted_folder(gguf, lambda fraction, text: print(f"build: {text}", file=sys.stderr))
+    folder = converted_folder(gguf, progress=lambda fraction, text: print(f"build: {text}",
+                                                                         file=sys.stderr))
     print(f"build: the app carries {folder.name} (converted in "
           f"{time.perf_counter() - started:.1f} s or found)", file=sys.stderr, flush=True)
-    return folder
+    return [folder]
 
 
 def build(clean: bool = False) -> dict:
@@ -127,8 +133,8 @@ def build(clean: bool = False) -> dict:
     print("build: " + " ".join(cmd), file=sys.stderr, flush=True)
     env = dict(os.environ)
     prebuilt = prebuilt_llm()
-    if prebuilt is not None:
-        env["PARLEY_PREBUILT_LLM"] = str(prebuilt)
+    if prebuilt:
+        env["PARLEY_PREBUILT_LLM"] = os.pathsep.join(str(folder) for folder in prebuilt)
     if SYSTEM == "Darwin":
         # An arm64 Mac runs no unsigned code: a bundle PyInstaller failed to sign (ad hoc, or
         # with PARLEY_CODESIGN_IDENTITY) must fail the build, not only log a warning.

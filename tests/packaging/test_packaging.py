@@ -412,18 +412,19 @@ def test_built_app_passes_its_self_test_in_a_clean_environment(tmp_path):
     print(f"\nbuilt {figures['app']} in {figures['build_s']} s, {figures['size']}")
     assert build.executable().is_file()
     # First start on a machine that never ran Parley: the app carries the GGUF LLM's
-    # conversion made at build time, so nothing converts into the user's cache.
+    # ONNX conversion made at build time, so nothing converts into the user's cache.
     cache = tmp_path / "cache"
     first = build.run_self_test(env_extra={"PARLEY_CACHE_DIR": str(cache)})
     assert first["exit_status"] == 0 and first["ok"], first
     assert first["frozen"] is True
     assert first["llm_cache"]["converted_before"] is True
     assert first["llm_cache"]["carried_by_app"] is True
+    assert first["llm_cache"]["backend"] == "onnx-genai"
     # Second start: the everyday launch; still nothing written to the cache for the LLM.
     second = build.run_self_test(env_extra={"PARLEY_CACHE_DIR": str(cache)})
     assert second["exit_status"] == 0 and second["ok"], second
     assert second["llm_cache"]["carried_by_app"] is True
-    assert not list(cache.glob("models/*/model.safetensors")), "the LLM was converted again"
+    assert not list(cache.glob("models/*/model.*")), "the LLM was converted into the cache"
     from app.selftest import normalize_words
 
     assert "one two three" in normalize_words(second["transcript"])
