@@ -6,7 +6,8 @@ from engine.doctor.probes import Probes
 from engine.doctor.report import Finding, Section, info, ok, problem
 
 #: The distributions whose versions a bug report needs, as PyPI names them.
-PACKAGES = ("parley", "numpy", "torch", "ctranslate2", "onnxruntime", "onnxruntime-gpu", "faster-whisper",
+PACKAGES = ("parley", "numpy", "torch", "ctranslate2", "onnxruntime", "onnxruntime-gpu",
+            "onnxruntime-genai", "faster-whisper",
             "transformers", "huggingface-hub", "silero-vad", "piper-tts", "kokoro", "mlx", "mlx-lm",
             "mlx-whisper", "PySide6-Essentials", "PySide6", "sounddevice", "aiohttp", "openai",
             "livekit", "psutil")
