@@ -387,7 +387,7 @@ def test_a_model_that_fails_to_load_is_named_and_another_load_works(registry, on
     with pytest.raises(ModelLoadError) as info:
         engine.load()
     err = info.value
-    assert str(err) == (f"the llm model {placement.model} (transformers) could not be loaded on cpu: "
+    assert str(err) == (f"the llm model {placement.model} (onnx-genai) could not be loaded on cpu: "
                         "RuntimeError: injected fault")
     assert (err.stage, err.device, err.model) == ("llm", "cpu", placement.model)
     assert engine.state is EngineState.CREATED and engine.models == {}

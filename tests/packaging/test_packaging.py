@@ -254,10 +254,10 @@ def test_build_runs_the_app_in_a_clean_environment(monkeypatch):
 # ------------------------------------------------------------------ first run
 def test_download_patterns_match_what_the_backends_fetch():
     from app.onboarding.downloads import HUB_PATTERNS
-    from engine.backends.llm import transformers_lm
+    from engine.backends.llm import model_folder
     from engine.backends.stt import mlx_whisper
 
-    assert list(HUB_PATTERNS["transformers"]) == transformers_lm._HUB_FILES
+    assert list(HUB_PATTERNS["transformers"]) == model_folder._HUB_FILES
     assert list(HUB_PATTERNS["mlx-whisper"]) == mlx_whisper._HUB_FILES
 
 
