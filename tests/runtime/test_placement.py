@@ -108,7 +108,7 @@ def _mac_devices(monkeypatch):
     """What discovery reports on a Mac, through the real discovery code."""
     import platform
 
-    discover_devices()  # torch picks its libraries by platform when first imported: not a faked one
+    import torch  # noqa: F401 - torch picks its libraries by platform when first imported: not a faked one
     monkeypatch.setattr(platform, "system", lambda: "Darwin")
     devices = [d for d in discover_devices() if d.device.kind != "mps"]
     return devices + [DeviceInfo(Device("mps"), "Apple GPU (Metal)", True)]
