@@ -37,6 +37,13 @@ class EchoCancellation(enum.Enum):
     OFF = "off"
 
 
+class SttWindow(enum.Enum):
+    """How much audio Whisper encodes per call (``engine/backends/stt/whisper_window.py``)."""
+
+    FULL = "full"  # every call padded to Whisper's 30 s window (faster-whisper's own path)
+    FIT = "fit"  # the audio's own length, at least stt.min_window_s; 30 s when it loops
+
+
 class BargeIn(enum.Enum):
     """What happens when the user speaks while the assistant is talking."""
 
@@ -99,6 +106,15 @@ class _SttCore:
         metadata=_range(help="compute type (auto, float32, float16, int8)"))
     language: str = field(default="en", metadata=_range(help="spoken language", runtime=True))
     beam_size: int = field(default=1, metadata=_range(1, 10, "beam width", runtime=True))
+    # fit with 10 s (tiny.en, 2 cores): STT ~3x faster than full on the spoken test set
+    # and jfk, WER within 0.7 point of full's; 3-5 s windows gained little time and lost
+    # more words (bench --quality and its probes, 2026-12-02).
+    window: SttWindow = field(default=SttWindow.FIT, metadata=_range(
+        help="audio Whisper encodes per call: fit (the audio's own length) or full (30 s, "
+             "slower); backends that cannot fit encode 30 s", runtime=True))
+    min_window_s: float = field(default=10.0, metadata=_range(
+        1.0, 30.0, "window fit: the shortest window encoded (shorter audio is padded)",
+        runtime=True))
 
 
 @dataclass(frozen=True)
@@ -107,6 +123,12 @@ class SttConfig(RemoteFields, _SttCore):
 
     stream: bool = field(default=True,
         metadata=_range(help="ask a remote server to stream the transcript (where it can)"))
+
+    @property
+    def fit_window_s(self) -> float | None:
+        """What ``SttModel.transcribe`` takes: the shortest window when ``window`` is fit,
+        None (Whisper's 30 s) when it is full."""
+        return self.min_window_s if self.window is SttWindow.FIT else None
 
 
 @dataclass(frozen=True)
@@ -150,6 +172,10 @@ class _TtsCore:
     device: str = field(default=_AUTO, metadata=_range(help="device for TTS"))
     voice: str = field(default=_AUTO, metadata=_range(help="speaker or voice name", runtime=True))
     speed: float = field(default=1.0, metadata=_range(0.25, 4.0, "speaking rate", runtime=True))
+    first_clause_words: int = field(default=3, metadata=_range(0, 50,
+        "the reply's first piece goes to TTS at the first break (comma, dash, 'but'...) after "
+        "this many words, so speech starts sooner; 0: the first piece is a whole sentence",
+        runtime=True))
 
 
 @dataclass(frozen=True)
@@ -187,14 +213,23 @@ class TurnConfig:
         metadata=_range(0.1, 10.0, "seconds between partials", runtime=True))
     barge_in: BargeIn = field(default=BargeIn.FULL_DUPLEX,
         metadata=_range(help="barge-in mode", runtime=True))
-    # Silence by default: with a conversation history in the prompt, SmolLM2's text signal
-    # rose enough to end jfk.flac at its first pause (CI, 2026-12-01); learned is opt-in.
+    # Silence by default. Learned (the text signal now on the user's words alone) cut no
+    # recording of resources/audio inside a sentence and commits most finished turns
+    # ~0.5 s after speech, but its mean wait on them was 0.65-0.76 s, over the 0.6 s bar:
+    # SmolLM2-135M's text signal cannot tell some finished sentences from jfk's first
+    # pause, so those wait for the grace (bench turn-taking, 2026-12-02).
     end_of_turn: EndOfTurn = field(default=EndOfTurn.SILENCE, metadata=_range(
         help="what ends a turn: silence, learned (Smart Turn audio model + LLM text signal), "
              "manual (an explicit commit), or auto (learned where installed)", runtime=True))
     end_of_turn_threshold: float = field(default=0.25, metadata=_range(0.01, 0.99,
         "learned end of turn: commit early when sqrt(audio p x text p) reaches this",
         runtime=True))
+    # 200 ms: the speculative work starts 0.1 s before the segment ends at 300 ms, so a
+    # learned decision can commit that much sooner; a pause that ends between the two only
+    # costs the dropped work (bench turn-taking, 2026-12-02).
+    speculative_start_ms: int = field(default=200, metadata=_range(0, 10000,
+        "silence before the speculative STT/LLM start (at most vad.min_silence_ms; "
+        "sound before the segment ends drops the work)", runtime=True))
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ def trailing_silence_s(config: EngineConfig) -> float:
 
 def run_recording(engine: Engine, audio: np.ndarray, output: str | None, realtime: bool,
                   on_event: Callable[[Event], None] | None = None,
+                  on_open: Callable[[float], None] | None = None,
                   ) -> tuple[list[TurnRecord], list[str]]:
     """Stream ``audio`` (16 kHz mono) through a fresh pipeline unit; wait until every reply
     was played; return this run's turns and the errors stages reported.
@@ -61,6 +62,8 @@ def run_recording(engine: Engine, audio: np.ndarray, output: str | None, realtim
     ``output``: a WAV file for the replies (None: keep them in memory only). ``realtime``:
     feed and play at the recording's pace, else as fast as the pipeline takes it.
     ``on_event`` sees every engine event of the run, on the thread that emits it.
+    ``on_open(t0)`` is told the capture time of the recording's first sample (the clock of
+    the turns' marks) once the source is open.
     The run ends when the pipeline drained, or with an error after the recording's length
     (x1.2 when paced) plus 600 s; threads that do not stop are reported as an error.
     """
@@ -80,6 +83,8 @@ def run_recording(engine: Engine, audio: np.ndarray, output: str | None, realtim
     unsubscribe = engine.subscribe(listen)
     t_run = time.perf_counter()
     engine.start([source], [sink])
+    if on_open is not None and source.t0 is not None:
+        on_open(source.t0)
     try:
         deadline = t_run + source.duration_s * (1.2 if realtime else 0) + 600
         while not engine.wait_drained(0.25):

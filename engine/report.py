@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import textwrap
+
+from engine.pipeline.critical_path import Segment, median_turn, path_json
 from engine.pipeline.metrics import Figure, Mark, TurnRecord, UnitOfMeasure
 from engine.runtime.placement import Placement
 from engine.runtime.stats import percentile
@@ -17,7 +20,8 @@ def figure_json(figure: Figure, value: float | None) -> float | int | None:
 
 
 def turn_dict(record: TurnRecord) -> dict:
-    """A turn as JSON: texts, timeline (seconds after the end of speech), figures.
+    """A turn as JSON: texts, timeline (seconds after the end of speech), figures, and
+    its critical path (``engine.pipeline.critical_path``; None without a reply heard).
 
     The figure keys are the ``report`` members of ``Figure``, in their declared order.
     """
@@ -26,6 +30,7 @@ def turn_dict(record: TurnRecord) -> dict:
     for figure in Figure:
         if figure.report:
             out[figure.value] = figure_json(figure, record.value(figure))
+    out["critical_path"] = path_json(record.critical_path())
     return out
 
 
@@ -90,4 +95,33 @@ def format_bench(summary: dict) -> str:
         s = summary[figure.value]
         cells = " ".join(f"{format_value(figure, s[k]):>13}" for k in ("p50", "p95", "min", "max"))
         lines.append(f"{figure.label:32} {s['n']:>3} {cells}")
+    return "\n".join(lines)
+
+
+BUDGET_NOTE = ("each part runs from one mark of the turn's timeline to the next, so the parts "
+               "add up to voice-to-voice; waits are shown as waits: the lock and queue waits "
+               "are measured by the stages and taken out of the parts they fell in, and "
+               "engine overhead is what is left between one stage's output and the next "
+               "stage's start (thread hand-offs), not a remainder")
+
+
+def format_budget(columns: list[tuple[str, list[dict]]]) -> str:
+    """The critical path of the median turn, one column per ``(name, turns)`` (turns as
+    ``turn_dict`` dicts), in milliseconds: the parts, then their sum, voice-to-voice."""
+    medians = [(name, median_turn(turns), len(turns)) for name, turns in columns]
+    width = max(12, *(len(name) for name, _t, _n in medians)) + 2
+    lines = [f"{'critical path of the median turn (ms)':40}"
+             + "".join(f"{name or 'median turn':>{width}}" for name, _t, _n in medians)]
+
+    def row(label: str, cells: list[str]) -> None:
+        lines.append(f"{label:40}" + "".join(f"{c:>{width}}" for c in cells))
+
+    for segment in Segment:
+        row(segment.label, [f"{t['critical_path'][segment.value] * 1000:.1f}" if t else "-"
+                            for _n, t, _c in medians])
+    row("= voice-to-voice", [f"{t['voice_to_voice_s'] * 1000:.1f}" if t else "-"
+                             for _n, t, _c in medians])
+    row("turns measured (median of)", [str(sum(1 for x in turns if x.get("critical_path")))
+                                       for _n, turns in columns])
+    lines += textwrap.wrap(f"({BUDGET_NOTE})", 100, break_on_hyphens=False)
     return "\n".join(lines)

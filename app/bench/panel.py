@@ -23,12 +23,12 @@ from PySide6.QtWidgets import (QComboBox, QFileDialog, QGridLayout, QGroupBox, Q
 from app.bench.controller import CANCELLED, BenchController
 from app.core import theme
 from app.core.compute_devices import add_device_items
-from app.core.plots import style_plot
+from app.core.plots import SEGMENT_COLORS, style_plot
 from app.core.resources import resource_path
 from app.core.widgets import data_table, set_row
 from engine.backends import BackendRegistry
 from engine.bench.layouts import Layout
-from engine.bench.plot import STACK
+from engine.pipeline.critical_path import Segment, median_path
 from engine.pipeline.metrics import Figure
 
 AUTO = "auto"
@@ -345,14 +345,17 @@ class BenchPanel(QWidget):
         self._clear_chart()
         xs = list(range(len(rows)))
         bottoms = [0.0] * len(rows)
-        pal = theme.current()  # read when drawn: the theme may have changed
-        colors = (pal.muted, *pal.series_colors)
-        for n, figure in enumerate(STACK):
-            heights = [(_p50(r, figure) or 0.0) * 1000 for r in rows]
+        # The lab's own stages (engine.pipeline.critical_path), as its PNG draws them: the
+        # critical path of each layout's median turn, adding up to its voice-to-voice.
+        paths = [median_path([t for run in r["turns"] for t in run]) for r in rows]
+        for segment in Segment:
+            heights = [(path[segment] if path else 0.0) * 1000 for path in paths]
+            if not any(heights):
+                continue  # a part no layout had (no lock waits...): no bar, no legend entry
             bar = pg.BarGraphItem(x=xs, y0=bottoms, height=heights, width=0.6,
-                                  brush=colors[n % len(colors)], pen=None)
+                                  brush=theme.resolve(SEGMENT_COLORS[segment]), pen=None)
             self.chart.addItem(bar)
-            self.chart.plotItem.legend.addItem(bar, figure.label)
+            self.chart.plotItem.legend.addItem(bar, segment.label)
             self.bars.append(bar)
             bottoms = [b + h for b, h in zip(bottoms, heights)]
         self.chart.getAxis("bottom").setTicks([[(x, r["layout"]) for x, r in zip(xs, rows)]])

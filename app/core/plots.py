@@ -7,6 +7,17 @@ from __future__ import annotations
 import pyqtgraph as pg
 
 from app.core import theme
+from engine.pipeline.critical_path import Segment
+
+#: The palette colour of each part of a turn's critical path (the Performance tab's bars
+#: per turn, the Benchmark tab's bars per layout).
+SEGMENT_COLORS = {
+    Segment.SILENCE_WAIT: "stage:wait", Segment.STT: "stage:stt",
+    Segment.LLM_FIRST_TOKEN: "stage:llm", Segment.LLM_FIRST_CLAUSE: "stage:llm_clause",
+    Segment.TTS_FIRST_CHUNK: "stage:tts", Segment.COMMIT_WAIT: "stage:commit",
+    Segment.LOCK_WAIT: "stage:lock", Segment.QUEUE_WAIT: "stage:queue",
+    Segment.ENGINE_OVERHEAD: "stage:overhead", Segment.TO_SPEAKER: "stage:output",
+}
 
 
 def _pg_defaults(pal: theme.Palette) -> None:

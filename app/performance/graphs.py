@@ -15,17 +15,12 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QGridLayout, QWidget
 
 from app.core import theme
-from app.core.plots import style_plot
-from engine.pipeline.metrics import Figure, Mark
+from app.core.plots import SEGMENT_COLORS, style_plot
+from engine.pipeline.critical_path import Segment
+from engine.pipeline.metrics import Figure
 
-#: The critical path of a turn, as (key, legend, the mark that ends the segment).
-SEGMENTS = (
-    ("wait", "turn-taking wait", (Mark.COMMITTED, Mark.VAD_END)),
-    ("stt", "STT", (Mark.STT_DONE,)),
-    ("llm", "LLM to first clause", (Mark.TTS_FIRST_TEXT,)),
-    ("tts", "TTS first audio", (Mark.TTS_FIRST_AUDIO,)),
-    ("output", "to the speaker", (Mark.AUDIO_OUT_FIRST,)),
-)
+#: The parts of a turn's critical path (``engine.pipeline.critical_path``), in path order.
+SEGMENTS = tuple(Segment)
 TARGET_S = 0.8  # the design's voice-to-voice budget
 BAR_TURNS = 12  # turns shown in the latency bars
 HISTORY_S = 180.0  # seconds of time series kept and shown
@@ -35,19 +30,12 @@ MEMORY_EVERY_S = 0.5
 def turn_segments(record) -> list[float] | None:
     """Seconds per SEGMENTS entry along the turn's critical path, summing to its
     voice-to-voice latency; None for a turn without one (cancelled, no reply heard)."""
-    if record.voice_to_voice is None:
-        return None
-    zero = record.marks[Mark.SPEECH_END]
-    cursor = zero
-    out = []
-    for _key, _label, marks in SEGMENTS:
-        t = next((record.marks[m] for m in marks if m in record.marks), None)
-        if t is None or t <= cursor:
-            out.append(0.0)
-            continue
-        out.append(t - cursor)
-        cursor = t
-    return out
+    path = record.critical_path()
+    return None if path is None else [path[segment] for segment in SEGMENTS]
+
+
+def _legend() -> list[tuple[str, str]]:
+    return [(segment.label, SEGMENT_COLORS[segment]) for segment in SEGMENTS]
 
 
 def set_title(w: pg.PlotWidget, title: str, legend: list[tuple[str, str]] = ()) -> None:
@@ -86,8 +74,7 @@ class LatencyBars(pg.PlotWidget):
         super().__init__()
         item = self.getPlotItem()
         style_plot(self)
-        set_title(self, "Voice-to-voice latency per turn",
-                  [(label, f"stage:{key}") for key, label, _m in SEGMENTS])
+        set_title(self, "Voice-to-voice latency per turn", _legend())
         item.setLabel("left", "ms after you stopped")
         item.setLabel("bottom", "turn")
         item.showGrid(x=False, y=True, alpha=0.15)
@@ -95,12 +82,12 @@ class LatencyBars(pg.PlotWidget):
         item.hideButtons()
         self.setMouseEnabled(x=False, y=False)
         self.setMinimumHeight(170)
-        self.bars: dict[str, pg.BarGraphItem] = {}
-        for key, _label, _marks in SEGMENTS:
-            color = theme.resolve(f"stage:{key}")
+        self.bars: dict[Segment, pg.BarGraphItem] = {}
+        for segment in SEGMENTS:
+            color = theme.resolve(SEGMENT_COLORS[segment])
             bar = pg.BarGraphItem(x=[], height=[], y0=[], width=0.6, brush=color, pen=pg.mkPen(None))
             self.addItem(bar)
-            self.bars[key] = bar
+            self.bars[segment] = bar
         bad = theme.current().bad
         self.target = pg.InfiniteLine(TARGET_S * 1000, angle=0,
                                       pen=pg.mkPen(bad, width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
@@ -116,10 +103,9 @@ class LatencyBars(pg.PlotWidget):
     def restyle(self) -> None:
         """Redraw in the current palette."""
         style_plot(self)
-        set_title(self, "Voice-to-voice latency per turn",
-                  [(label, f"stage:{key}") for key, label, _m in SEGMENTS])
-        for key, bar in self.bars.items():
-            bar.setOpts(brush=theme.resolve(f"stage:{key}"))
+        set_title(self, "Voice-to-voice latency per turn", _legend())
+        for segment, bar in self.bars.items():
+            bar.setOpts(brush=theme.resolve(SEGMENT_COLORS[segment]))
         bad = theme.current().bad
         self.target.setPen(pg.mkPen(bad, width=1, style=pg.QtCore.Qt.PenStyle.DashLine))
         self.target.label.setColor(bad)
@@ -130,9 +116,9 @@ class LatencyBars(pg.PlotWidget):
         self.numbers = [n for n, _seg in rows]
         xs = list(range(1, len(rows) + 1))
         base = [0.0] * len(rows)
-        for i, (key, _label, _marks) in enumerate(SEGMENTS):
+        for i, segment in enumerate(SEGMENTS):
             heights = [seg[i] * 1000 for _tid, seg in rows]
-            self.bars[key].setOpts(x=xs, height=heights, y0=list(base), width=0.6)
+            self.bars[segment].setOpts(x=xs, height=heights, y0=list(base), width=0.6)
             base = [b + h for b, h in zip(base, heights)]
         self.totals_ms = base
         top = max([TARGET_S * 1000, *base]) * 1.15

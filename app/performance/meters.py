@@ -196,8 +196,8 @@ def end_of_turn_text(record) -> str:
 class LastTurnMeter(QGroupBox):
     """The figures of the latest finished turn: where its voice-to-voice time went."""
 
-    ROWS = ((Figure.VOICE_TO_VOICE_S, "Voice-to-voice"), (Figure.SILENCE_WAIT_S, "Turn-taking wait"),
-            (Figure.STT_COMPUTE_S, "STT compute"),
+    ROWS = ((Figure.VOICE_TO_VOICE_S, "Voice-to-voice"), (Figure.SILENCE_WAIT_S, "Silence wait (VAD)"),
+            (Figure.COMMIT_WAIT_S, "Wait for the commit"), (Figure.STT_COMPUTE_S, "STT compute"),
             (Figure.LLM_FIRST_CHUNK_COMPUTE_S, "LLM to first clause"),
             (Figure.TTS_FIRST_COMPUTE_S, "TTS first chunk"), (Figure.LLM_TOKENS_PER_S, "LLM decode"),
             (Figure.STT_RTF, "STT real-time factor"), (Figure.TTS_RTF, "TTS real-time factor"),

@@ -252,7 +252,8 @@ class MicCheck:
         speech_s = turn.t_speech_end - turn.t_speech_start
         self.phase = "transcribing"
         try:
-            result = self.stt_model.transcribe(turn.audio, self.stt.language or None, self.stt.beam_size)
+            result = self.stt_model.transcribe(turn.audio, self.stt.language or None,
+                                               self.stt.beam_size, self.stt.fit_window_s)
             text = str(result.text).strip()
         except Exception as exc:  # the model's failure, shown, not raised
             log.warning("setup check: transcription failed", exc_info=True)

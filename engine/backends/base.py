@@ -194,9 +194,6 @@ class GenerationOptions:
     temperature: float = 0.0
     repetition_penalty: float = 1.0
     no_repeat_ngram_size: int = 0
-    #: Also report how likely the user's message ends where it does (learned end of
-    #: turn): the probability of the end-of-message token right after the user's text.
-    score_end_of_turn: bool = False
     #: Functions offered to the model for this reply (none: a plain reply).
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: ToolChoice = "auto"
@@ -219,9 +216,6 @@ class LlmStep:
     tokens_per_second: float  # decode rate so far
     peak_memory_bytes: int | None = None
     finished: bool = False  # True on the last step (EOS or token cap)
-    #: On the first step, when asked for and the backend can tell: P(end of message) after
-    #: the user's text, read from the prefill's logits at no extra forward pass.
-    end_of_turn_probability: float | None = None
     #: On the last step: the functions the model called instead of (or after) its text.
     #: Text that belongs to a call is never in ``text``: it is not spoken.
     tool_calls: tuple[ToolCall, ...] = ()
@@ -247,6 +241,16 @@ class LlmSession(Protocol):
         """Forget the conversation (a new one starts): empty the KV cache, if it keeps one."""
         ...
 
+    def sentence_end_probability(self, text: str) -> float:
+        """How likely a sentence ends right after ``text`` (the user's words so far, their
+        own final punctuation dropped), by the language model alone: no chat template, no
+        conversation. The text signal of the learned end of turn, where the model's
+        ``end_of_turn_signal()`` is true; it replaces what this session's KV cache holds,
+        so it needs a session of its own. Iterate-thread rules as ``generate``."""
+        from engine.errors import ModelError
+
+        raise ModelError("this language model backend gives no end-of-turn text signal")
+
 
 class LlmModel(Backend, Protocol):
     """A language model; each pipeline unit talks to it through its own session."""
@@ -259,9 +263,8 @@ class LlmModel(Backend, Protocol):
         return "this language model backend cannot call tools"
 
     def end_of_turn_signal(self) -> bool:
-        """Whether a reply's first step can carry ``end_of_turn_probability`` (the text
-        signal of the learned end of turn, ``GenerationOptions.score_end_of_turn``).
-        By default it cannot."""
+        """Whether its sessions give ``sentence_end_probability`` (the text signal of the
+        learned end of turn). By default they do not."""
         return False
 
 

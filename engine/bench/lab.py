@@ -26,8 +26,9 @@ from engine.bench.layouts import ResolvedLayout, parse_layouts, resolve_layouts
 from engine.config import EngineConfig, config_fields, load_config, require_one_unit
 from engine.bench.sampler import PeriodicSampler
 from engine.errors import AudioInputError, ConfigError, NoSpeechError, ParleyError, run_command
+from engine.pipeline.critical_path import median_turn
 from engine.pipeline.metrics import Figure
-from engine.report import bench_summary, format_value, turn_dict
+from engine.report import bench_summary, format_budget, format_value, turn_dict
 from engine.runtime.stats import percentile
 
 if TYPE_CHECKING:
@@ -276,6 +277,7 @@ def _document(args, resolved, placements, load_s, load_bytes, loaded, rounds, wa
             "layout": layout.label, "settings": dict(layout.layout.overrides), "placements": where,
             "load_s": round(seconds, 3), "models_loaded": count,
             "load_memory_bytes": grew, "summary": bench_summary(turns),
+            "budget": (median_turn(turns) or {}).get("critical_path"),
             "lock_wait_s": {k: round(v, 6) for k, v in waits[layout.label].items()},
             "memory_peak": peaks.get(layout.label, {}),
             "vs_first": {"ratio": _ratio(_v2v_p50(turns), base_all),
@@ -329,6 +331,8 @@ def format_layouts(doc: dict) -> str:
         row(f"peak memory {device}", [_gib(r["memory_peak"][device]["used_bytes"])
                                       if device in r["memory_peak"] else "-" for r in rows])
     lines.append(f"({doc['note']}; {doc['runs']} round(s) of {len(doc['inputs'])} input(s))")
+    lines.append("")
+    lines.append(format_budget([(r["layout"], [t for run in r["turns"] for t in run]) for r in rows]))
     if doc.get("warning"):
         lines.append(f"WARNING: {doc['warning']}")
     return "\n".join(lines)

@@ -1,7 +1,9 @@
 """``parley-cli bench --layouts ... --plot FILE.png``: stage latencies per layout.
 
-One stacked bar per layout (the p50 of each part of voice-to-voice: turn-taking wait,
-STT, LLM to first clause, TTS first chunk, engine overhead), and an error bar on the
+One stacked bar per layout: the critical path of its median turn
+(``engine.pipeline.critical_path``: silence wait, STT, LLM to first token and to first
+clause, TTS first chunk, the wait for the commit, lock and queue waits, engine overhead,
+to the speaker), which adds up to that turn's voice-to-voice; and an error bar on the
 measured voice-to-voice from its minimum to its p95. matplotlib (the ``lab`` extra) is
 imported here only, with the Agg backend: no display is needed.
 """
@@ -9,10 +11,13 @@ imported here only, with the Agg backend: no display is needed.
 from __future__ import annotations
 
 from engine.errors import MissingDependencyError
+from engine.pipeline.critical_path import Segment, median_path
 from engine.pipeline.metrics import Figure
 
-STACK = (Figure.SILENCE_WAIT_S, Figure.STT_COMPUTE_S, Figure.LLM_FIRST_CHUNK_COMPUTE_S,
-         Figure.TTS_FIRST_COMPUTE_S, Figure.ENGINE_OVERHEAD_S)
+
+def layout_paths(doc: dict) -> list[dict[Segment, float] | None]:
+    """Per layout of a ``bench --layouts`` document: its median turn's critical path."""
+    return [median_path([t for run in row["turns"] for t in run]) for row in doc["layouts"]]
 
 
 def _pyplot():
@@ -39,9 +44,13 @@ def plot_layouts(doc: dict, path: str) -> None:
     xs = range(len(layouts))
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(layouts) + 3), 5.5), dpi=120)
     bottoms = [0.0] * len(layouts)
-    for figure in STACK:
-        heights = [(row["summary"][figure.value]["p50"] or 0.0) * 1000 for row in layouts]
-        ax.bar(xs, heights, 0.6, bottom=bottoms, label=figure.label)
+    paths = layout_paths(doc)
+    for segment in Segment:
+        heights = [(path[segment] if path else 0.0) * 1000 for path in paths]
+        if not any(heights):
+            continue  # a part no layout had (no lock waits...): no bar, no legend entry
+        hatch = "//" if segment.wait else None  # a wait did no work: drawn hatched
+        ax.bar(xs, heights, 0.6, bottom=bottoms, label=segment.label, hatch=hatch)
         bottoms = [b + h for b, h in zip(bottoms, heights)]
     v2v = [row["summary"][Figure.VOICE_TO_VOICE_S.value] for row in layouts]
     centers = [(s["p50"] or 0.0) * 1000 for s in v2v]
@@ -51,7 +60,7 @@ def plot_layouts(doc: dict, path: str) -> None:
                 label="voice-to-voice p50 (bar: min to p95)")
     ax.set_xticks(list(xs), labels, rotation=15, ha="right")
     ax.set_ylabel("milliseconds after the end of speech")
-    ax.set_title(f"Stage latencies per layout (p50 over {doc['runs']} run(s) of "
+    ax.set_title(f"Critical path of the median turn per layout ({doc['runs']} run(s) of "
                  f"{len(doc['inputs'])} input(s))")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))

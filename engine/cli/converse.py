@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from engine.bench.variants import bench_variants
 from engine.cli.output import show_choices, show_progress, write_json
 from engine.config import EngineConfig
 from engine.engine import Engine
@@ -23,7 +24,8 @@ from engine.history.recorder import record_history
 from engine.history.store import HistoryStore
 from engine.pipeline.events import EngineError, Event, FinalTranscript, ReplyText
 from engine.recording import load_engine, run_recording
-from engine.report import bench_summary, format_bench, format_turn, turn_dict
+from engine.pipeline.critical_path import median_turn
+from engine.report import bench_summary, format_bench, format_budget, format_turn, turn_dict
 
 
 def prepare_engine(config: EngineConfig, registry=None) -> Engine:
@@ -103,28 +105,6 @@ def run_converse(args: argparse.Namespace, config: EngineConfig) -> int:
     return 1 if errors else 0
 
 
-def bench_variants(config: EngineConfig, compare: list[str],
-                   sets: Sequence[str] = ()) -> list[tuple[str, EngineConfig]]:
-    """``--variant k=v,k2=v2`` (each a full set) and ``--compare key=a,b`` (cartesian)
-    -> [(label, config), ...]."""
-    variants = [("", config)]
-    if sets:
-        variants = []
-        for spec in sets:
-            pairs = [item.partition("=") for item in spec.split(",")]
-            if any(not sep or not key for key, sep, _v in pairs):
-                raise ParleyError(f"--variant {spec!r}: expected KEY=VALUE[,KEY=VALUE]")
-            variants.append((spec, config.with_overrides({k: v for k, _s, v in pairs})))
-    for spec in compare:
-        key, sep, values = spec.partition("=")
-        if not sep or not values:
-            raise ParleyError(f"--compare {spec!r}: expected KEY=VALUE1,VALUE2 "
-                              "(e.g. turns.speculative=false,true)")
-        variants = [(f"{label} {key}={value}".strip(), cfg.with_overrides({key: value}))
-                    for label, cfg in variants for value in values.split(",")]
-    return variants
-
-
 def run_bench(args: argparse.Namespace, config: EngineConfig) -> int:
     audio = _load_input(args.input)
     variants = bench_variants(config, args.compare, args.variant)
@@ -154,15 +134,20 @@ def run_bench(args: argparse.Namespace, config: EngineConfig) -> int:
         for engine in engines:
             engine.close()
     summaries = {label: bench_summary([t for run in runs[label] for t in run]) for label in runs}
+    flat = {label: [t for run in runs[label] for t in run] for label in runs}
     if args.json:
         write_json({"input": args.input, "runs": args.runs, "placements": placements,
                     "config": {k: (v.value if hasattr(v, "value") else v)
                                for k, v in config.flat().items()},
-                    "variants": [{"variant": label, "summary": summaries[label], "turns": runs[label]}
+                    "variants": [{"variant": label, "summary": summaries[label],
+                                  "budget": (median_turn(flat[label]) or {}).get("critical_path"),
+                                  "turns": runs[label]}
                                  for label in runs]})
     else:
         for label, summary in summaries.items():
             if label:
                 print(f"\n== {label}")
             print(format_bench(summary))
+        print()
+        print(format_budget(list(flat.items())))
     return 0

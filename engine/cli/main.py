@@ -66,7 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_flags(dev)  # a stage's base_url (--llm-base-url...) lists its server, probed
 
     bench = sub.add_parser("bench", help="per-stage and voice-to-voice latency, models preloaded "
-                                         "(`bench serve --help`: the realtime server)")
+                                         "(`bench serve --help`: the realtime server; `bench turn-taking`: "
+                                         "end-of-turn modes on real speech; `bench llm-runtimes`: "
+                                         "CPU LLM runtimes side by side; "
+                                         "`bench --quality --help`: STT word error rate and "
+                                         "answers on the spoken test set)")
     bench.add_argument("input", help="recording streamed at real time")
     bench.add_argument("--runs", type=int, default=3, help="number of runs (default 3)")
     bench.add_argument("--json", action="store_true")
@@ -104,10 +108,22 @@ def main(argv: list[str] | None = None) -> int:
         from engine.bench.soak import main as bench_soak
 
         return bench_soak(argv[2:], add_config_flags)
+    if argv[:2] == ["bench", "llm-runtimes"]:  # CPU LLM runtimes side by side
+        from engine.bench.llm_runtimes import main as bench_llm_runtimes
+
+        return bench_llm_runtimes(argv[2:])
+    if argv[:2] == ["bench", "turn-taking"]:  # end-of-turn modes on the reference recordings
+        from engine.bench.turn_taking import main as bench_turn_taking
+
+        return bench_turn_taking(argv[2:], add_config_flags)
     if argv[:2] == ["bench", "serve"]:  # its own parser; `bench INPUT` is unchanged
         from engine.bench.serve import main as bench_serve
 
         return bench_serve(argv[2:], add_config_flags)
+    if argv[:1] == ["bench"] and "--quality" in argv:  # the spoken test set, scored
+        from engine.bench.quality import main as bench_quality
+
+        return bench_quality(argv[1:], add_config_flags)
     if argv[:1] == ["bench"] and any(a == "--layouts" or a.startswith("--layouts=") for a in argv):
         from engine.bench.lab import main as bench_layouts  # INPUT... through each layout
 

@@ -11,9 +11,12 @@ import threading
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from engine.runtime.stats import percentile
+
+if TYPE_CHECKING:  # it reads Mark and Figure: imported where it is used, never at load
+    from engine.pipeline.critical_path import Segment
 
 
 class Mark(enum.StrEnum):
@@ -76,7 +79,7 @@ class Figure(enum.StrEnum):
 
     VOICE_TO_VOICE_S = ("voice_to_voice_s", "voice-to-voice", UnitOfMeasure.SECONDS,
                         "derived", "report", "bench")
-    SILENCE_WAIT_S = ("silence_wait_s", "turn-taking wait (VAD + grace)", UnitOfMeasure.SECONDS,
+    SILENCE_WAIT_S = ("silence_wait_s", "silence wait (VAD end of speech)", UnitOfMeasure.SECONDS,
                       "derived", "report", "bench")
     STT_COMPUTE_S = ("stt_compute_s", "STT compute (final segment)", UnitOfMeasure.SECONDS,
                      "report", "bench")
@@ -84,7 +87,7 @@ class Figure(enum.StrEnum):
                                  "report", "bench")
     TTS_FIRST_COMPUTE_S = ("tts_first_compute_s", "TTS first chunk", UnitOfMeasure.SECONDS,
                            "report", "bench")
-    ENGINE_OVERHEAD_S = ("engine_overhead_s", "engine overhead", UnitOfMeasure.SECONDS,
+    ENGINE_OVERHEAD_S = ("engine_overhead_s", "engine overhead (hand-offs)", UnitOfMeasure.SECONDS,
                          "derived", "report", "bench")
     LLM_TOKENS = ("llm_tokens", "LLM tokens", UnitOfMeasure.COUNT, "report")
     LLM_PROMPT_TOKENS = ("llm_prompt_tokens", "LLM prompt tokens prefilled", UnitOfMeasure.COUNT, "report")
@@ -113,6 +116,18 @@ class Figure(enum.StrEnum):
     STT_HEADERS_S = ("stt_headers_s", "STT time to response headers", UnitOfMeasure.SECONDS, "report")
     TTS_NETWORK_S = ("tts_network_s", "TTS network (connect + send)", UnitOfMeasure.SECONDS, "report")
     TTS_HEADERS_S = ("tts_headers_s", "TTS time to response headers", UnitOfMeasure.SECONDS, "report")
+    # Waits inside the critical path's work: on a lock another thread held (the MLX lock,
+    # a shared model's lock; STT's final segment, the LLM up to its first clause, TTS's
+    # first chunk), and in a stage's queue while the stage was busy with other work.
+    STT_LOCK_WAIT_S = ("stt_lock_wait_s", "STT lock wait", UnitOfMeasure.SECONDS, "report")
+    LLM_LOCK_WAIT_S = ("llm_lock_wait_s", "LLM lock wait (to first clause)", UnitOfMeasure.SECONDS,
+                       "report")
+    TTS_LOCK_WAIT_S = ("tts_lock_wait_s", "TTS lock wait (first chunk)", UnitOfMeasure.SECONDS,
+                       "report")
+    QUEUE_WAIT_S = ("queue_wait_s", "queue waits (stage busy)", UnitOfMeasure.SECONDS, "report")
+    # The critical path's wait for the turn to commit (engine.pipeline.critical_path).
+    COMMIT_WAIT_S = ("commit_wait_s", "wait for the turn to commit", UnitOfMeasure.SECONDS,
+                     "derived", "report", "bench")
 
 
 class UndeclaredError(ValueError):
@@ -171,21 +186,20 @@ class TurnRecord:
             audio = self.figures.get(Figure.TTS_AUDIO_S)
             compute = self.figures.get(Figure.TTS_COMPUTE_S)
             return compute / audio if audio and compute is not None else None
-        return self._engine_overhead()
+        from engine.pipeline.critical_path import Segment
 
-    def _engine_overhead(self) -> float | None:
-        """Voice-to-voice minus the silence wait and the compute on the critical path.
-
-        What is left is the engine's own cost: queue hand-offs, thread wake-ups, the sink.
-        Meaningful when nothing else ran at the same time (no speculation, one turn).
-        """
-        v2v, wait = self.voice_to_voice, self.silence_wait
-        compute = [self.figures.get(f) for f in (Figure.STT_COMPUTE_S,
-                                                 Figure.LLM_FIRST_CHUNK_COMPUTE_S,
-                                                 Figure.TTS_FIRST_COMPUTE_S)]
-        if v2v is None or wait is None or None in compute:
+        path = self.critical_path()
+        if path is None:
             return None
-        return v2v - wait - sum(c for c in compute if c is not None)
+        return path[Segment.COMMIT_WAIT if figure is Figure.COMMIT_WAIT_S
+                    else Segment.ENGINE_OVERHEAD]
+
+    def critical_path(self) -> dict[Segment, float] | None:
+        """Where this turn's voice-to-voice time went: seconds per
+        ``engine.pipeline.critical_path.Segment``, summing to it (None without one)."""
+        from engine.pipeline.critical_path import critical_path
+
+        return critical_path(self.marks, self.figures)
 
     def timeline(self) -> dict[str, float]:
         """Marks relative to the end of speech, in seconds, in ``Mark`` order."""

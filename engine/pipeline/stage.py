@@ -43,6 +43,7 @@ from engine.errors import ParleyError, describe_failure, is_out_of_memory, relea
 from engine.pipeline.events import EngineError, Event, EventHub, TurnCancelled
 from engine.pipeline.messages import PLAIN_REPLY, EndOfStream, Message, SpeechSegment, TextChunk, Transcript
 from engine.pipeline.metrics import Metrics
+from engine.runtime.mlx_lock import waited_by_this_thread
 from engine.stages.end_of_turn.board import TurnEndBoard
 
 log = logging.getLogger("parley.stage")
@@ -170,6 +171,12 @@ class _StageThread(Generic[ModelT]):
     def is_stale(self, msg: Message) -> bool:
         return self.ctx.control.is_stale(msg.turn_id, msg.generation)
 
+    @staticmethod
+    def lock_waits_so_far() -> float:
+        """Seconds the calling thread has waited so far for the MLX lock and the models'
+        locks (a running total: two readings around some work give its lock waits)."""
+        return waited_by_this_thread()
+
     def start(self) -> None:
         self._thread.start()
 
@@ -250,6 +257,13 @@ class Stage(_StageThread[ModelT]):
     def __init__(self, name: str, ctx: StageContext, model: Any = None, maxsize: int = 16) -> None:
         super().__init__(name, ctx, model)
         self.inbox: queue.Queue[Message] = queue.Queue(maxsize=maxsize)
+        # When each message in the inbox was put (by id), and when this thread last became
+        # free: together they tell how long the message waited while the stage was busy.
+        self._put_at: dict[int, float] = {}
+        self._free_since = 0.0
+        #: Seconds the message being processed waited in the inbox while this stage was
+        #: busy with earlier work (0 when the stage was idle: a plain hand-off).
+        self.queue_wait_s = 0.0
 
     def process(self, msg: Message) -> Iterator[Message]:
         """Handle one message, yielding messages for the downstream stage."""
@@ -260,12 +274,14 @@ class Stage(_StageThread[ModelT]):
 
     def put(self, msg: Message) -> bool:
         """Enqueue ``msg``, waiting while the queue is full; False if the unit stops first."""
+        self._put_at[id(msg)] = time.perf_counter()  # before the put: it may be taken at once
         while not self.ctx.stopping.is_set():
             try:
                 self.inbox.put(msg, timeout=_POLL_S)
                 return True
             except queue.Full:
                 continue
+        self._put_at.pop(id(msg), None)
         return False
 
     def queue_depth(self) -> tuple[int, int]:
@@ -278,14 +294,16 @@ class Stage(_StageThread[ModelT]):
                 msg = self.inbox.get(timeout=_POLL_S)
             except queue.Empty:
                 continue
+            put_at = self._put_at.pop(id(msg), None)
+            self.queue_wait_s = 0.0 if put_at is None else max(0.0, self._free_since - put_at)
             if isinstance(msg, EndOfStream):
                 self.on_end()
                 self.emit(msg)
-                continue
-            if self.is_stale(msg):
+            elif self.is_stale(msg):
                 self.ctx.metrics.dropped_stale(self.name)
-                continue
-            self._forward(functools.partial(self.process, msg), msg)
+            else:
+                self._forward(functools.partial(self.process, msg), msg)
+            self._free_since = time.perf_counter()
 
 
 class SourceStage(_StageThread[ModelT]):

@@ -256,6 +256,7 @@ class MlxLock:
             requested = self._clock()
             got = mutex.acquire(True, -1 if timeout is None else max(0.0, timeout))
             now = self._clock()
+            _waits.seconds = getattr(_waits, "seconds", 0.0) + (now - requested)
             if not got:
                 self._timed_out(stage, unit, timeout, now)
             self._held = (stage, unit, requested, now, me, True)
@@ -403,6 +404,16 @@ class MlxLock:
 
 _default: MlxLock | None = None
 _default_guard = threading.Lock()
+# Per thread: seconds waited on contended acquisitions of any MlxLock (MLX or model lock),
+# so a stage can tell what part of one turn's work was waiting (``waited_by_this_thread``).
+_waits = threading.local()
+
+
+def waited_by_this_thread() -> float:
+    """Seconds the calling thread has waited so far for any ``MlxLock`` held by another
+    thread (the MLX lock and every model lock; uncontended acquisitions add nothing).
+    A running total: the difference of two readings is the wait in between."""
+    return getattr(_waits, "seconds", 0.0)
 _registry_guard = threading.Lock()
 _all_locks: weakref.WeakSet[MlxLock] = weakref.WeakSet()  # for the guard's "any lock" check
 

@@ -345,11 +345,11 @@ class OpenAiRoutes:
                 raise ApiError(400, "'response_format' must be json or text", "unsupported_value",
                                "response_format")
             stream = str(form.get("stream") or "false").lower() in ("true", "1")
-            beam = self.engine.config.stt.beam_size
+            options = self.engine.config.stt
 
             def transcribe() -> SttResult:
                 model.check_language(language)
-                return model.transcribe(audio, language, beam)
+                return model.transcribe(audio, language, options.beam_size, options.fit_window_s)
 
             try:
                 result = await self._call(transcribe)

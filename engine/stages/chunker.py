@@ -16,6 +16,16 @@ _SENTENCE_END = re.compile(r"[.!?…]+" + _CLOSERS + r"(?=\s)")
 # CJK writing puts no space after a full stop: the next character itself is the proof.
 _CJK_END = re.compile(r"[。！？｡]+[」』）】〉》\"”’]*")
 _CLAUSE_END = re.compile(r"[,;:—–]+" + _CLOSERS + r"(?=\s)")
+# A hyphen written as a dash between two words ("Paris - the capital"); never between
+# digits ("3 - 2") and never a list marker (that starts a line, with no word before it).
+_SPACED_DASH = re.compile(r"(?<=[^\W\d_]) --?(?=[ \t]+[^\W\d_])")
+# Before these a clause starts ("..., but", "... because it"): the first piece may end
+# just before one. Only the unambiguous ones: "and", "or", "so", "while", "since" and
+# "which" as often join two words or start a phrase ("salt and pepper", "so much").
+_CONJUNCTION = re.compile(r"[ \t]+(?=(?:but|because|although|whereas|unless)[ \t])")
+# "all but", "nothing but": no new clause follows these.
+_NOT_BEFORE_BUT = {"all", "anything", "nothing", "everything", "everyone", "nobody", "none",
+                   "not", "last", "cannot", "can't", "couldn't"}
 _NEWLINE = re.compile(r"\n")
 
 # Before these a "." never ends a sentence: a name or an example follows.
@@ -42,14 +52,19 @@ _END, _CLAUSE, _SKIP, _WAIT = range(4)
 class ClauseChunker:
     """Feed text deltas, get pieces for TTS.
 
-    The first piece goes out at a clause boundary (``, ; : — –``) once it holds
-    ``min_first_words`` words, so audio starts after a few tokens; later pieces go out per
-    sentence, and per line where the reply is a list (each item is a piece).
+    The first piece goes out at the first natural break once it holds ``min_first_words``
+    words: a clause boundary (``, ; : — –``, a hyphen used as a dash) or the space before a
+    conjunction that starts a clause ("but", "because", "although", "whereas", "unless"),
+    so TTS gets a short first chunk after a few tokens; a sentence end before that cuts as
+    usual. ``min_first_words=0`` turns this off (the first piece is a sentence too). Later
+    pieces go out per sentence, for prosody, and per line where the reply is a list (each
+    item is a piece).
 
     A cut is never made inside a code span, a code block, a link or a URL; a decimal point
     or an abbreviation ("Dr.", "e.g.", "etc." mid-sentence) is not a sentence end; an
-    ellipsis is one only before a capital letter. Where that depends on text still to
-    come, the cut waits for it. ``sentences`` counts the pieces that ended a sentence or a
+    ellipsis is one only before a capital letter; a clause cut needs the space after its
+    mark, so "3,000" and "10:30" stay whole. Where that depends on text still to come, the
+    cut waits for it. ``sentences`` counts the pieces that ended a sentence or a
     line (first-clause pieces do not count), for the caller's cap on reply length.
     """
 
@@ -120,9 +135,12 @@ class ClauseChunker:
             candidates.append((m.end(), 1, m))
         for m in _NEWLINE.finditer(text):
             candidates.append((m.start(), 2, m))
-        if not self._sent_any:
-            for m in _CLAUSE_END.finditer(text):
-                candidates.append((m.end(), 3, m))
+        if not self._sent_any and self._min_first_words > 0:
+            for pattern in (_CLAUSE_END, _SPACED_DASH):
+                for m in pattern.finditer(text):
+                    candidates.append((m.end(), 3, m))
+            for m in _CONJUNCTION.finditer(text):
+                candidates.append((m.start(), 4, m))
         for at, rule, m in sorted(candidates, key=lambda c: (c[0], c[1])):
             if at == 0 or any(start < at < end for start, end in held):
                 continue
@@ -133,7 +151,12 @@ class ClauseChunker:
             elif rule == 2:
                 verdict = self._line_verdict(m.start())
             else:
-                enough = len(text[:at].split()) >= self._min_first_words
+                words = text[:at].split()
+                # Words say something: a lone "-" or "**" before the break is no word.
+                enough = sum(any(c.isalnum() for c in w) for w in words) >= self._min_first_words
+                if rule == 4 and enough:
+                    enough = (text[at - 1].isalnum()  # not after a mark: "idiom) but"
+                              and words[-1].lower() not in _NOT_BEFORE_BUT)
                 verdict = _CLAUSE if enough else _SKIP
             if verdict == _WAIT:
                 return None  # a later cut would swallow this undecided one

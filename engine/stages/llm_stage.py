@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from engine.backends.base import ChatMessage, GenerationOptions, LlmModel
+from engine.backends.base import ChatMessage, GenerationOptions, LlmModel, LlmSession
 from engine.stages.chunker import ClauseChunker
 from engine.config import EndOfTurn
 from engine.pipeline.chat_history import ChatHistory
@@ -28,12 +28,14 @@ class LlmStage(Stage[LlmModel]):
     def __init__(self, ctx: StageContext, model: LlmModel, chat_history: ChatHistory) -> None:
         super().__init__("llm", ctx, model, maxsize=8)
         self.session = model.new_session()
+        self._scorer: LlmSession | None = None  # the end-of-turn text signal's own session
         self.chat_history = chat_history
         self._reset_lock = threading.Lock()
         self._pending_reset: threading.Event | None = None
 
     def on_model(self) -> None:
         self.session = self.model.new_session()
+        self._scorer = None
 
     def reset_session(self) -> threading.Event:
         """Ask for an empty KV cache; the event is set once the session was reset.
@@ -70,18 +72,19 @@ class LlmStage(Stage[LlmModel]):
         unit, metrics, control = self.ctx.unit, self.ctx.metrics, self.ctx.control
         turn, gen = msg.turn_id, msg.generation
         config = self.ctx.config.llm  # one settings snapshot for the whole reply
-        # A speculative turn under learned end of turn: the prefill also tells how likely
-        # the user's message ends here, which the source stage weighs with the audio model.
-        score = (self.ctx.config.turns.end_of_turn is EndOfTurn.LEARNED
-                 and not self.ctx.held.committed(turn))
+        if (self.ctx.config.turns.end_of_turn is EndOfTurn.LEARNED and msg.text
+                and not self.ctx.held.committed(turn) and self.model.end_of_turn_signal()):
+            self._score_turn_end(turn, gen, msg.text)
         options = dataclasses.replace(
-            GenerationOptions.from_config(config), score_end_of_turn=score,
+            GenerationOptions.from_config(config),
             tools=request.tools if request.tool_choice != "none" else (),
             tool_choice=request.tool_choice,
             max_new_tokens=request.max_new_tokens or config.max_new_tokens)
         start = time.perf_counter()
+        waited = self.lock_waits_so_far()
         metrics.mark(unit, turn, Mark.LLM_START, start, True, gen)
-        chunker = ClauseChunker()
+        metrics.figure(unit, turn, Figure.QUEUE_WAIT_S, self.queue_wait_s, True, gen)
+        chunker = ClauseChunker(self.ctx.config.tts.first_clause_words)
         spoken: list[str] = []
         step = None
         first = True
@@ -93,18 +96,20 @@ class LlmStage(Stage[LlmModel]):
         def figure(name: Figure, value: float) -> None:
             metrics.figure(unit, turn, name, value, generation=gen)
 
+        def first_piece() -> None:
+            figure(Figure.LLM_FIRST_CHUNK_COMPUTE_S, time.perf_counter() - start)
+            figure(Figure.LLM_LOCK_WAIT_S, self.lock_waits_so_far() - waited)
+
         messages = self._messages(msg, request, config)
         figure(Figure.LLM_HISTORY_TURNS, max(0, sum(m["role"] == "user" for m in messages) - 1))
         for step in self.session.generate(messages, options, should_stop):
-            if step.end_of_turn_probability is not None:
-                self.ctx.turn_end.post_text(turn, gen, step.end_of_turn_probability)
             if step.tokens == 1:
                 metrics.mark(unit, turn, Mark.LLM_FIRST_TOKEN, time.perf_counter(), True, gen)
                 metrics.figure_once(unit, turn, Figure.LLM_FIRST_TOKEN_S,
                                     time.perf_counter() - start, gen)
             for piece in chunker.feed(step.text):
                 if first:
-                    figure(Figure.LLM_FIRST_CHUNK_COMPUTE_S, time.perf_counter() - start)
+                    first_piece()
                     first = False
                 spoken.append(piece)
                 yield self._chunk(turn, gen, piece, speak=speak)
@@ -127,7 +132,7 @@ class LlmStage(Stage[LlmModel]):
         if rest:
             spoken.append(rest)
             if first:
-                figure(Figure.LLM_FIRST_CHUNK_COMPUTE_S, time.perf_counter() - start)
+                first_piece()
         reply = " ".join(spoken)
         calls = step.tool_calls if step is not None and step.finished else ()
         if request.record:
@@ -139,6 +144,15 @@ class LlmStage(Stage[LlmModel]):
         if calls:
             self.ctx.held.emit(turn, gen, ToolCallsMade(unit, turn, calls))
         yield self._chunk(turn, gen, rest, last=True, speak=speak)
+
+    def _score_turn_end(self, turn: int, gen: int, text: str) -> None:
+        """A speculative turn under learned end of turn: how likely the user's words end a
+        sentence, for the source stage to weigh with the audio model. Scored on the words
+        alone, in a session of its own (a few tokens, since revisions of a turn share their
+        start): with the conversation in the prompt the signal drifted with the history."""
+        if self._scorer is None:
+            self._scorer = self.model.new_session()
+        self.ctx.turn_end.post_text(turn, gen, self._scorer.sentence_end_probability(text))
 
     def _messages(self, msg: Transcript, request: ReplyRequest, config) -> list[ChatMessage]:
         """The prompt: the request's own context, else the history, then the user's text."""

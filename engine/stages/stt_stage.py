@@ -42,7 +42,8 @@ class SttStage(Stage[SttModel]):
             if msg.revision < self.partials.latest:
                 metrics.dropped_stale("stt-partial")
                 return  # a newer partial (or the final segment) is already on its way
-            result = self.model.transcribe(msg.audio, language, options.beam_size)
+            result = self.model.transcribe(msg.audio, language, options.beam_size,
+                                           options.fit_window_s)
             if self.is_stale(msg) or msg.revision < self.partials.final:
                 return
             stable, unstable = stable_prefix(self._last_partial.get(msg.turn_id, ""), result.text)
@@ -50,7 +51,9 @@ class SttStage(Stage[SttModel]):
             self.ctx.events.emit(PartialTranscript(unit, msg.turn_id, stable, unstable))
             return
         metrics.mark(unit, msg.turn_id, Mark.STT_START, time.perf_counter(), True, msg.generation)
-        result = self.model.transcribe(msg.audio, language, options.beam_size)
+        waited = self.lock_waits_so_far()
+        result = self.model.transcribe(msg.audio, language, options.beam_size,
+                                       options.fit_window_s)
         if self.is_stale(msg):
             return
         text = result.text.strip()
@@ -59,6 +62,10 @@ class SttStage(Stage[SttModel]):
                        generation=msg.generation)
         metrics.figure(unit, msg.turn_id, Figure.STT_RTF, result.real_time_factor,
                        generation=msg.generation)
+        metrics.figure(unit, msg.turn_id, Figure.STT_LOCK_WAIT_S, self.lock_waits_so_far() - waited,
+                       generation=msg.generation)
+        metrics.figure(unit, msg.turn_id, Figure.QUEUE_WAIT_S, self.queue_wait_s, True,
+                       msg.generation)
         for name, value in result.figures.items():  # a remote model's network share
             metrics.figure(unit, msg.turn_id, name, value, generation=msg.generation)
         metrics.set_transcript(unit, msg.turn_id, text, msg.generation)

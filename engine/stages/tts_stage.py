@@ -33,6 +33,7 @@ class TtsStage(Stage[TtsModel]):
         if text:
             options = self.ctx.config.tts
             start = time.perf_counter()
+            waited = self.lock_waits_so_far()
             audio_s = 0.0
             clause = msg.text  # on the clause's first chunk: playback learns what is heard when
             for chunk in self.model.synthesize(text, lambda: self.is_stale(msg), options.voice,
@@ -42,6 +43,9 @@ class TtsStage(Stage[TtsModel]):
                 now = time.perf_counter()
                 if metrics.figure_once(unit, turn, Figure.TTS_FIRST_COMPUTE_S, now - start, gen):
                     metrics.mark(unit, turn, Mark.TTS_FIRST_AUDIO, now, generation=gen)
+                    metrics.figure(unit, turn, Figure.TTS_LOCK_WAIT_S,
+                                   self.lock_waits_so_far() - waited, generation=gen)
+                    metrics.figure(unit, turn, Figure.QUEUE_WAIT_S, self.queue_wait_s, True, gen)
                     for name, value in chunk.figures.items():  # a remote model's network share
                         metrics.figure(unit, turn, name, value, generation=gen)
                 audio_s += len(chunk.audio) / chunk.sample_rate

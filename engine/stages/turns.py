@@ -4,7 +4,10 @@ Pure logic, no threads: the VAD stage feeds it frames and turns its events into 
 A speech segment ends after ``min_silence_ms`` of silence; the turn is committed only
 after a further ``reopen_grace_ms`` without speech. Speech that resumes inside the grace
 reopens the same turn with the combined audio. With ``speculative`` on, the segment is
-sent at its end so STT and LLM overlap the grace; otherwise it is sent at the commit.
+sent early, after ``speculative_start_ms`` of silence (at most ``min_silence_ms``), so STT
+and LLM overlap the rest of the silence and the grace; any sound before the segment ends,
+or speech inside the grace, drops that work (``Reopened``). Without it, the segment is
+sent at the commit. Nothing commits before the segment ends.
 """
 
 from __future__ import annotations
@@ -82,6 +85,8 @@ class TurnDetector:
         self.silence_threshold = max(vad.threshold - _HYSTERESIS, 0.01)
         self.start_frames = max(1, math.ceil(vad.min_speech_ms / 1000 / self.frame_s))
         self.end_frames = max(1, math.ceil(vad.min_silence_ms / 1000 / self.frame_s))
+        self.start_spec_frames = min(self.end_frames, max(
+            1, math.ceil(turns.speculative_start_ms / 1000 / self.frame_s)))
         self.grace_frames = math.ceil(turns.reopen_grace_ms / 1000 / self.frame_s)
         self.pad_frames = math.ceil(vad.pad_ms / 1000 / self.frame_s)
         self.speculative = turns.speculative
@@ -176,6 +181,9 @@ class TurnDetector:
         if silent:
             self._silent_run += 1
         else:
+            if self._speculated:  # sound after the early start: that segment goes on
+                events.append(Reopened())
+                self._speculated = False
             self._silent_run = 0
             self._last_voiced = len(self._frames) - 1
         if self.live and self._silent_run == 0:
@@ -184,13 +192,17 @@ class TurnDetector:
                 events.append(Partial(self._audio(len(self._frames)), self._t_start))
                 # Back off for long turns: each partial re-decodes the whole turn.
                 self._next_partial_at = spoken + self.live_interval * max(1.0, spoken / 5.0)
-        if self._silent_run >= self.end_frames and not self.manual:
+        if self.manual:
+            return events
+        if (self.speculative and self.grace_frames > 0 and not self._speculated
+                and self._silent_run >= self.start_spec_frames):
+            self._speculated = True
+            events.append(SegmentEnded(self._segment_audio(), self._t_start,
+                                       self._t_frame_end(self._last_voiced)))
+        if self._silent_run >= self.end_frames:
             self._t_end = self._t_frame_end(self._last_voiced)
             self.state = TurnState.GRACE
             self._voiced_run = 0
-            if self.speculative and self.grace_frames > 0:
-                self._speculated = True
-                events.append(SegmentEnded(self._segment_audio(), self._t_start, self._t_end))
             if self.grace_frames == 0:
                 events.append(self._commit())
         return events
@@ -226,7 +238,14 @@ class TurnDetector:
         return np.concatenate(self._frames[:frames]) if frames else np.zeros(0, np.float32)
 
     def _segment_audio(self) -> np.ndarray:
-        return self._audio(min(len(self._frames), self._last_voiced + 1 + self.pad_frames))
+        """The speech and ``pad_ms`` after it; silence not heard yet (an early speculative
+        start) is zeros, so STT always gets the padding it was tuned with."""
+        end = self._last_voiced + 1 + self.pad_frames
+        audio = self._audio(min(len(self._frames), end))
+        missing = end - len(self._frames)
+        if missing > 0 and self._frames:
+            audio = np.concatenate([audio, np.zeros(missing * self._frames[0].size, np.float32)])
+        return audio
 
     def _commit(self) -> Committed:
         event = Committed(self._segment_audio(), self._t_start, self._t_end, self._speculated)

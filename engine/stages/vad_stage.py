@@ -15,6 +15,7 @@ before the VAD model sees it, and reported once per episode (device "input").
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 
@@ -24,17 +25,19 @@ from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSource, InputMarke
 from engine.audio.echo import EchoCanceller
 from engine.audio.health import DeviceState, HealthLog, HealthReport, SampleGuard
 from engine.backends.base import VadModel
-from engine.config import BargeIn, EndOfTurn, EngineConfig
+from engine.config import BargeIn, EndOfTurn, EngineConfig, TurnConfig
 from engine.pipeline.control import CancelReason
 from engine.pipeline.events import AudioStatus, EngineError, TurnCancelled, UserSpeaking
 from engine.pipeline.messages import Message, SpeechSegment
 from engine.pipeline.metrics import Figure, Mark
 from engine.pipeline.playback import Playback
 from engine.pipeline.stage import SourceStage, StageContext
-from engine.stages.end_of_turn.board import AudioScorer
+from engine.stages.end_of_turn.board import AudioScorer, TurnScores
+from engine.stages.end_of_turn.decide import commit_early
 from engine.stages.turns import Committed, Partial, Reopened, SegmentEnded, Started, TurnDetector, TurnEvent
 
 _HEALTH_POLL_S = 0.1  # how often the devices' health is collected
+log = logging.getLogger("parley.end_of_turn")
 
 
 class PartialSequence:
@@ -74,8 +77,8 @@ class VadStage(SourceStage[VadModel]):
         self._guard = SampleGuard(self.input_health, lambda: "the audio input")
         self._t_health = 0.0
         self.audio_scorer: AudioScorer | None = None  # set by the unit when learned end of turn is on
-        self._scored = 0  # audio scores asked for in this grace
         self._segment_generation = 0  # the revision the speculative STT/LLM work runs under
+        self._segment_end = 0.0  # its end of speech (capture clock)
         self._decided_early = False
 
     def on_model(self) -> None:
@@ -109,32 +112,21 @@ class VadStage(SourceStage[VadModel]):
             for event in self.detector.push(frame, probability, t):
                 yield from self._on_turn_event(event)
             if self.detector.in_grace and config.turns.end_of_turn is EndOfTurn.LEARNED:
-                for event in self._learned_end_of_turn(config.turns.end_of_turn_threshold):
+                for event in self._learned_end_of_turn(config.turns):
                     yield from self._on_turn_event(event)
         if block.marker is InputMarker.COMMIT:
             yield from self.on_source_end()
         elif block.marker is InputMarker.CLEAR:
             self._clear()
 
-    def _learned_end_of_turn(self, threshold: float) -> list:
-        """In the grace: commit at once when the LLM's text signal and the audio model
-        agree that the turn is over; otherwise the grace runs out as without a model.
-
-        The audio model runs only once the text signal has come and could reach the
-        threshold with it (sqrt(audio x text) <= sqrt(text)): on two cores its ~0.1 s would
-        otherwise compete with the speculative STT on the critical path, for a pause in
-        mid-sentence whose text signal is near zero anyway.
-        """
+    def _learned_end_of_turn(self, turns: TurnConfig) -> list:
+        """In the grace: commit as soon as the audio model and the LLM's text signal say
+        the turn is over (``decide.commit_early``); otherwise the grace runs out as
+        without a model. Both were asked for at the speculative start."""
         ctx, turn = self.ctx, self.turn_id
         generation = self._segment_generation
         scores = ctx.turn_end.scores(turn, generation)
-        if scores.text is None or scores.text < threshold * threshold:
-            return []
-        if not self._scored and self.audio_scorer is not None:
-            self._scored = 1
-            self.audio_scorer.submit(turn, generation, self.detector.audio_so_far())
-        combined = scores.combined
-        if combined is None or combined < threshold:
+        if not commit_early(scores, turns.end_of_turn_threshold):
             return []
         self._record_end_of_turn(turn, generation, early=True)
         self._decided_early = True
@@ -148,7 +140,16 @@ class VadStage(SourceStage[VadModel]):
             if value is not None:
                 metrics.figure(unit, turn, figure, value)
         metrics.figure(unit, turn, Figure.EOT_EARLY, 1.0 if early else 0.0)
+        self._log_revision("committed early" if early else "committed at the grace's end", scores)
         self.ctx.turn_end.forget(turn)
+
+    def _log_revision(self, outcome: str, scores: TurnScores) -> None:
+        """One speculative revision's signals and what became of it, as a debug record
+        (``record.end_of_turn``) that ``parley-cli bench turn-taking`` collects."""
+        log.debug("end of turn: %s (audio %s, text %s)", outcome, scores.audio, scores.text,
+                  extra={"end_of_turn": {"unit": self.ctx.unit, "turn": self.turn_id,
+                                         "t_speech_end": self._segment_end, "outcome": outcome,
+                                         "audio": scores.audio, "text": scores.text}})
 
     def on_source_end(self) -> Iterator[Message]:
         for event in self.detector.flush():
@@ -215,10 +216,19 @@ class VadStage(SourceStage[VadModel]):
             yield SpeechSegment(self.turn_id, ctx.control.generation, event.audio, PIPELINE_RATE,
                                 False, event.t_speech_start, time.perf_counter(), self._partial_seq)
         elif isinstance(event, SegmentEnded):
-            self._scored, self._decided_early = 0, False
+            self._decided_early = False
             self._segment_generation = ctx.control.generation
+            self._segment_end = event.t_speech_end
             yield self._final(event.audio, event.t_speech_start, event.t_speech_end)
+            if self.audio_scorer is not None and self._config.turns.end_of_turn is EndOfTurn.LEARNED:
+                # At once, beside the speculative STT: its ~40 ms on one core is then done
+                # by the time the transcript's text signal comes.
+                self.audio_scorer.submit(self.turn_id, self._segment_generation,
+                                         self.detector.audio_so_far())
         elif isinstance(event, Reopened):
+            if self._config.turns.end_of_turn is EndOfTurn.LEARNED:
+                self._log_revision("reopened", ctx.turn_end.scores(self.turn_id,
+                                                                    self._segment_generation))
             generation = ctx.control.cancel_turn(self.turn_id, CancelReason.REOPENED)
             ctx.metrics.reset_turn_work(unit, self.turn_id, generation)
             ctx.events.emit(TurnCancelled(unit, self.turn_id, CancelReason.REOPENED))

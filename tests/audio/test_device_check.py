@@ -212,9 +212,9 @@ def test_the_check_takes_the_pipelines_vad_and_stt_settings(models, one_two_thre
         def __init__(self, model) -> None:
             self.model, self.calls = model, []
 
-        def transcribe(self, audio, language=None, beam_size=1):
-            self.calls.append((audio.size, language, beam_size))
-            return self.model.transcribe(audio, language, beam_size)
+        def transcribe(self, audio, language=None, beam_size=1, fit_window_s=None):
+            self.calls.append((audio.size, language, beam_size, fit_window_s))
+            return self.model.transcribe(audio, language, beam_size, fit_window_s)
 
     strict = mic_check(models, FileSource(one_two_three_path, realtime=False),
                        vad=VadConfig(min_speech_ms=5000)).run()
@@ -226,7 +226,8 @@ def test_the_check_takes_the_pipelines_vad_and_stt_settings(models, one_two_thre
         assert result.ok, result.message
         assert 0.5 < result.speech_seconds < result.seconds
     (tight, *_), (padded, *_) = stt.calls
-    assert [call[1:] for call in stt.calls] == [("en", 2), (None, 2)]  # "" is detection
+    fit = SttConfig().fit_window_s  # the window setting travels too
+    assert [call[1:] for call in stt.calls] == [("en", 2, fit), (None, 2, fit)]  # "" is detection
     # 250 ms is 8 frames of 512: all of them after the speech (a second of silence follows
     # it), as many as the recording has before it
     assert 8 * 512 <= padded - tight <= 2 * 8 * 512

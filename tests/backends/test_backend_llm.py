@@ -16,7 +16,7 @@ import pytest
 
 from engine.backends.base import LoadRequest
 from engine.backends.llm.gguf_convert import SOURCE_FILE, converted_folder
-from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token, softmax_at
+from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token, softmax_mass
 from engine.backends.llm.text_stream import TextStream
 from engine.backends.llm.transformers_lm import BUNDLED_FILE, bundled_model, load
 from engine.config import LlmConfig
@@ -264,4 +264,6 @@ def test_repetition_penalty_and_greedy_choice():
     picks = {choose_token(np.array([0.0, 0.0, -50.0], dtype=np.float32), 1.0, {0})
              for _ in range(20)}
     assert picks == {1}
-    assert softmax_at(np.array([0.0, 0.0], dtype=np.float32), 1) == pytest.approx(0.5)
+    assert softmax_mass(np.array([0.0, 0.0], dtype=np.float32), np.array([1])) == pytest.approx(0.5)
+    assert softmax_mass(np.zeros(4, np.float32), np.array([0, 2])) == pytest.approx(0.5)
+    assert softmax_mass(np.zeros(4, np.float32), np.array([], np.int64)) == 0.0

@@ -109,13 +109,20 @@ def test_cancellation_is_checked_before_every_token(onnx_llm):
     assert text.strip() and steps[-1].finished
 
 
-def test_it_reports_the_end_of_turn_probability_when_asked(onnx_llm):
-    session = onnx_llm.new_session()
-    options = GenerationOptions(max_new_tokens=2, score_end_of_turn=True)
-    steps, _ = reply(session, [SYSTEM, {"role": "user", "content": "What time is it?"}], options)
-    assert steps[0].end_of_turn_probability is not None
-    assert 0.0 <= steps[0].end_of_turn_probability <= 1.0
+def test_the_text_signal_tells_a_finished_sentence_from_a_cut_one(onnx_llm):
+    # The learned end of turn's text signal, on the user's words alone; Whisper's own
+    # final period is dropped, so the cut clause scores as low with it as without it.
     assert onnx_llm.end_of_turn_signal()
+    session = onnx_llm.new_session()
+    finished = session.sentence_end_probability("What is the capital of France?")
+    cut = session.sentence_end_probability("What is the capital of")
+    cut_with_period = session.sentence_end_probability("What is the capital of.")
+    assert 0.0 <= cut < 0.1 < 0.3 < finished <= 1.0
+    assert cut_with_period == pytest.approx(cut, abs=1e-3)
+    assert session.sentence_end_probability(" ... ") == 0.0
+    # The same session then answers a conversation as usual.
+    steps, text = reply(session, [SYSTEM, {"role": "user", "content": "What time is it?"}])
+    assert text.strip() and steps[-1].finished
     assert onnx_llm.tool_support() is not None  # SmolLM2's template offers no tools
 
 

@@ -12,6 +12,7 @@ from engine.bench.layouts import Layout, parse_layouts
 from engine.cli.main import main
 from engine.config import EngineConfig
 from engine.errors import ConfigError, DeviceError
+from engine.pipeline.critical_path import Segment
 from engine.pipeline.metrics import Figure
 from engine.report import BENCH_FIGURES
 from tests.support.cli import run_cli
@@ -151,13 +152,21 @@ def _summary(v2v: float) -> dict:
     return out
 
 
+def _turn(v2v: float) -> dict:
+    """A turn dict as the bench records it, its reply held 0.125 s for the commit."""
+    path = {s.value: 0.0 for s in Segment}
+    path.update({"silence_wait_s": 0.25, "stt_s": 0.125, "commit_wait_s": 0.125})
+    path["to_speaker_s"] = v2v - sum(path.values())
+    return {"voice_to_voice_s": v2v, "cancelled": False, "critical_path": path}
+
+
 def _doc() -> dict:
     rows = [{"layout": label, "settings": {}, "placements": [], "load_s": 1.5, "models_loaded": 4,
              "load_memory_bytes": {"cpu": 2**29},
              "summary": _summary(v2v), "lock_wait_s": {"llm model": 0.002},
              "memory_peak": {"cpu": {"used_bytes": 2**30}},
              "vs_first": {"ratio": v2v / 0.8, "min": v2v / 0.8 - 0.05, "max": v2v / 0.8 + 0.05},
-             "turns": []}
+             "turns": [[_turn(v2v)], [_turn(v2v + 0.25)]]}
             for label, v2v in (("all=cpu", 0.8), ("stt=mlx,llm=cpu", 0.6))]
     return {"inputs": [AUDIO], "runs": 2, "baseline": "all=cpu", "note": "n", "layouts": rows}
 
@@ -168,6 +177,10 @@ def test_table_puts_layouts_side_by_side():
     assert "1.5 s (4)" in text and "800.0 ms" in text and "600.0 ms" in text
     assert "0.75 (0.70-0.80)" in text
     assert "llm model lock wait" in text and "1.00 GiB" in text
+    # The budget of each layout's median turn (the faster of its two), in one table.
+    budget = {line[:40].strip(): line[40:].split() for line in text.splitlines()}
+    assert budget["wait for the turn to commit"] == ["125.0", "125.0"]
+    assert budget["= voice-to-voice"] == ["800.0", "600.0"]
 
 
 def test_plot_writes_a_png(tmp_path):

@@ -11,17 +11,18 @@ KEYS = [
     "vad.backend", "vad.model", "vad.device", "vad.threshold", "vad.min_speech_ms",
     "vad.min_silence_ms", "vad.pad_ms",
     "stt.backend", "stt.model", "stt.device", "stt.dtype", "stt.language", "stt.beam_size",
+    "stt.window", "stt.min_window_s",
     "stt.base_url", "stt.api_key_env", "stt.timeout_s", "stt.retries", "stt.stream",
     "llm.backend", "llm.model", "llm.device", "llm.dtype", "llm.system_prompt",
     "llm.max_new_tokens", "llm.max_sentences", "llm.history_turns", "llm.temperature",
     "llm.repetition_penalty", "llm.no_repeat_ngram_size",
     "llm.base_url", "llm.api_key_env", "llm.timeout_s", "llm.retries",
-    "tts.backend", "tts.model", "tts.device", "tts.voice", "tts.speed",
+    "tts.backend", "tts.model", "tts.device", "tts.voice", "tts.speed", "tts.first_clause_words",
     "tts.base_url", "tts.api_key_env", "tts.timeout_s", "tts.retries", "tts.response_format",
     "audio.input_device", "audio.output_device", "audio.capture_buffer_s", "audio.echo_cancellation",
     "turns.reopen_grace_ms", "turns.speculative", "turns.live_transcription",
     "turns.live_transcription_interval", "turns.barge_in", "turns.end_of_turn",
-    "turns.end_of_turn_threshold",
+    "turns.end_of_turn_threshold", "turns.speculative_start_ms",
 ]
 
 

@@ -82,9 +82,10 @@ def test_a_derived_figure_cannot_be_recorded(figure):
     assert metrics.turns() == ()
 
 
-def test_the_derived_figures_are_the_four_computed_ones():
+def test_the_derived_figures_are_the_five_computed_ones():
     assert {f for f in Figure if f.derived} == {Figure.VOICE_TO_VOICE_S, Figure.SILENCE_WAIT_S,
-                                                Figure.ENGINE_OVERHEAD_S, Figure.TTS_RTF}
+                                                Figure.ENGINE_OVERHEAD_S, Figure.TTS_RTF,
+                                                Figure.COMMIT_WAIT_S}
 
 
 # ---------------------------------------------------------------- recording
@@ -131,8 +132,10 @@ def test_value_derives_the_latencies_from_marks_and_figures():
     assert record.voice_to_voice == 1.0
     assert record.value(Figure.SILENCE_WAIT_S) == 0.25  # VAD_END - SPEECH_END
     assert record.value(Figure.TTS_RTF) == 0.25  # 0.5 s compute for 2 s of audio
-    # 1.0 - 0.25 wait - (0.125 STT + 0.25 LLM + 0.0625 TTS)
-    assert record.value(Figure.ENGINE_OVERHEAD_S) == 0.3125
+    # The critical path's (engine.pipeline.critical_path): no stage start is marked here,
+    # so no hand-off is measured; the commit (10.5) came before the reply was ready.
+    assert record.value(Figure.ENGINE_OVERHEAD_S) == 0.0
+    assert record.value(Figure.COMMIT_WAIT_S) == 0.0
     assert record.value(Figure.STT_COMPUTE_S) == 0.125  # recorded ones are read back
     assert record.value(Figure.LLM_HISTORY_TURNS) is None  # not measured
 
@@ -156,7 +159,8 @@ def test_derived_values_are_none_where_a_part_is_missing():
     metrics.figure(0, 1, Figure.TTS_AUDIO_S, 0.0)
     assert metrics.turn(0, 1).value(Figure.TTS_RTF) is None  # no audio made: no ratio
     metrics.mark(0, 1, Mark.AUDIO_OUT_FIRST, 11.0)
-    assert metrics.turn(0, 1).value(Figure.ENGINE_OVERHEAD_S) is None  # compute missing
+    # A heard reply has a critical path: missing marks add nothing, their time goes on.
+    assert metrics.turn(0, 1).value(Figure.ENGINE_OVERHEAD_S) == 0.0
     assert Metrics().turn(0, 9) is None
 
 
@@ -229,7 +233,7 @@ def test_turn_dict_keys_are_the_json_contract_in_order():
     keys = list(turn_dict(_full_turn(Metrics())))
     assert keys[:len(REPORT_KEYS)] == REPORT_KEYS
     newer = [f.value for f in Figure if f.report and f.value not in REPORT_KEYS]
-    assert keys[len(REPORT_KEYS):] == newer
+    assert keys[len(REPORT_KEYS):] == [*newer, "critical_path"]
     empty = Metrics()
     empty.mark(0, 7, Mark.SPEECH_START, 1.0)
     assert list(turn_dict(empty.turn(0, 7))) == keys
@@ -250,7 +254,9 @@ def test_turn_dict_values():
     assert out["stt_compute_s"] == 0.125
     assert out["llm_first_chunk_compute_s"] == 0.25
     assert out["tts_first_compute_s"] == 0.0625
-    assert out["engine_overhead_s"] == 0.3125
+    assert out["engine_overhead_s"] == 0.0
+    assert out["critical_path"]["silence_wait_s"] == 0.25
+    assert sum(out["critical_path"].values()) == out["voice_to_voice_s"]
     assert out["llm_tokens_per_s"] == 12.35  # rates: 2 digits
     assert out["stt_rtf"] == 0.1235  # ratios: 4 digits
     assert out["tts_rtf"] == 0.25
@@ -317,4 +323,4 @@ def test_the_bench_figures_are_the_bench_members_in_order():
     assert BENCH_FIGURES == (Figure.VOICE_TO_VOICE_S, Figure.SILENCE_WAIT_S, Figure.STT_COMPUTE_S,
                              Figure.LLM_FIRST_CHUNK_COMPUTE_S, Figure.TTS_FIRST_COMPUTE_S,
                              Figure.ENGINE_OVERHEAD_S, Figure.LLM_TOKENS_PER_S, Figure.STT_RTF,
-                             Figure.TTS_RTF)
+                             Figure.TTS_RTF, Figure.COMMIT_WAIT_S)

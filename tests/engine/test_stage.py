@@ -326,6 +326,47 @@ def test_end_of_stream_of_an_old_generation_is_still_passed_on(make_ctx):
     assert double.ended == 1
 
 
+# ---------------------------------------------------------------- queue waits
+
+
+class Busy(Stage):
+    """Message 1 blocks until released; each message notes how long it waited in the
+    inbox while the stage was busy (``queue_wait_s``)."""
+
+    def __init__(self, ctx: StageContext) -> None:
+        super().__init__("busy", ctx)
+        self.inside = threading.Event()
+        self.release = threading.Event()
+        self.waits: dict[int, float] = {}
+
+    def process(self, msg):
+        self.waits[msg.value] = self.queue_wait_s
+        if msg.value == 1:
+            self.inside.set()
+            assert self.release.wait(WAIT_S)
+        yield from ()
+
+
+def test_a_message_behind_busy_work_knows_how_long_it_waited(make_ctx):
+    ctx, stages = make_ctx()
+    stage = Busy(ctx)
+    stages.append(stage)
+    stage.start()
+    stage.put(Num(0, 0, 1))
+    assert stage.inside.wait(WAIT_S)
+    before_put = time.perf_counter()
+    stage.put(Num(0, 0, 2))  # waits in the inbox behind message 1
+    after_put = time.perf_counter()
+    released = time.perf_counter()
+    stage.release.set()
+    assert _wait_for(lambda: 2 in stage.waits)
+    seen = time.perf_counter()
+    assert stage.waits[1] == 0.0  # the stage was idle: a plain hand-off
+    # From its put until message 1 was done: at least from after the put to the release,
+    # at most from before the put to the moment it was seen processed.
+    assert released - after_put <= stage.waits[2] <= seen - before_put
+
+
 # ---------------------------------------------------------------- models
 
 

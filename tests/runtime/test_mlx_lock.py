@@ -304,3 +304,52 @@ def test_guard_from_env_records_without_raising(monkeypatch):
     with pytest.raises(ParleyError, match="PARLEY_MLX_GUARD"):
         mlx_guard.enable_from_env()
     assert not mlx_guard.guard_enabled()
+
+
+
+class _CallerClock(FakeClock):
+    """A hand-moved clock that remembers which threads read it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.readers: list[str] = []
+
+    def __call__(self) -> float:
+        self.readers.append(threading.current_thread().name)
+        return self.now
+
+
+def test_each_thread_counts_its_own_waits_on_every_lock():
+    clock = _CallerClock()
+    locks = (MlxLock(clock=clock), MlxLock(clock=clock, guarded=False, name="llm model lock"))
+    seen: dict[str, float] = {}
+    for n, lock in enumerate(locks):
+        taken, release = threading.Event(), threading.Event()
+
+        def hog(lock=lock, taken=taken, release=release) -> None:
+            with lock.hold("tts"):
+                taken.set()
+                assert release.wait(10)
+                clock.now += 0.25  # while the waiter waits, by the lock's own clock
+
+        def waiter(lock=lock, n=n) -> None:
+            before = mlx_lock.waited_by_this_thread()
+            with lock.hold("llm"):
+                pass
+            with lock.hold("llm"):  # uncontended now: adds nothing
+                pass
+            seen[f"{n}"] = mlx_lock.waited_by_this_thread() - before
+
+        holder = threading.Thread(target=hog, name=f"hog{n}")
+        holder.start()
+        assert taken.wait(10)
+        main_before = mlx_lock.waited_by_this_thread()
+        waiting = threading.Thread(target=waiter, name=f"waiter{n}")
+        waiting.start()
+        deadline = time.monotonic() + 10
+        while f"waiter{n}" not in clock.readers and time.monotonic() < deadline:
+            time.sleep(0.001)  # the waiter read the clock when it started waiting
+        release.set()
+        _join_all([holder, waiting], 10)
+        assert mlx_lock.waited_by_this_thread() == main_before  # the main thread waited for nothing
+    assert seen == {"0": 0.25, "1": 0.25}  # the MLX lock and a model lock alike

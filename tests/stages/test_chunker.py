@@ -55,6 +55,53 @@ def test_a_short_first_clause_waits_for_the_sentence():
 
 
 @pytest.mark.parametrize("text, pieces", [
+    # No comma: the first piece ends before a conjunction that starts a clause.
+    ("The sea is salty because of the rain. It is.", ["The sea is salty", "because of the rain.", "It is."]),
+    ("I can do that but not today. Fine.", ["I can do that", "but not today.", "Fine."]),
+    ("Paris - the capital of France - is big. Yes.",
+     ["Paris - the capital of France -", "is big.", "Yes."]),  # "Paris -" is 1 word: too short
+    ("The capital of France is Paris, the city. More.",
+     ["The capital of France is Paris,", "the city.", "More."]),
+])
+def test_the_first_piece_ends_at_the_first_natural_break(text, pieces):
+    assert chunk(text) == pieces
+    assert chunk(text, sizes=itertools.repeat(2)) == pieces  # streamed: the same cuts
+
+
+@pytest.mark.parametrize("text", [
+    "It costs 3,000 dollars and 10:30 is late. Ok.",  # no space after the mark: one number
+    "It costs 3 - 2 dollars in all here. Ok.",  # a minus between digits is no dash
+    "I like nothing but pears and apples. Ok.",  # "nothing but" starts no clause
+    "We saw it all but the end of it. Ok.",
+    "Take salt and pepper or sugar so much. Ok.",  # and / or / so are not cut at
+    "I know why (it rains) but not how. Ok.",  # after a mark: no conjunction cut
+])
+def test_no_first_clause_cut_inside_numbers_or_at_ambiguous_words(text):
+    first = text.split(". ")[0] + "."
+    assert chunk(text) == [first, "Ok."]
+
+
+def test_first_clause_words_zero_sends_whole_sentences():
+    text = "Well, yes, I think so, but no. Then, later, we go."
+    assert chunk(text, chunker=ClauseChunker(min_first_words=0)) == [
+        "Well, yes, I think so, but no.", "Then, later, we go."]
+    assert chunk(text, chunker=ClauseChunker(min_first_words=3)) == [
+        "Well, yes, I think so,", "but no.", "Then, later, we go."]
+
+
+def test_only_the_first_piece_is_short():
+    text = "Yes. I can help you with that, but not now. Later, maybe."
+    assert chunk(text) == ["Yes.", "I can help you with that, but not now.", "Later, maybe."]
+
+
+def test_marks_alone_are_not_words():
+    # "**Note** - here," holds two words (a lone "-" is none): too few for a clause of three.
+    assert chunk("**Note** - here, there is more. Ok.") == ["**Note** - here, there is more.", "Ok."]
+    assert chunk("**Note** - here and there, more. Ok.") == [
+        "**Note** - here and there,", "more.", "Ok."]
+
+
+@pytest.mark.parametrize("text, pieces", [
     ("Run `a. b` now. Next one.", ["Run `a. b` now.", "Next one."]),
     ("Try ``x`. y`` too. Ok.", ["Try ``x`. y`` too.", "Ok."]),
     ("See [Dr. Who. Docs](https://x.com/a.b) today. Bye.",

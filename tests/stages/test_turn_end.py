@@ -38,6 +38,21 @@ def test_scores_combine_only_when_both_signals_are_known():
     assert board.scores(4, 2) == TurnScores()
 
 
+def test_the_decision_needs_both_signals_and_words_that_may_end_a_sentence():
+    from engine.stages.end_of_turn.decide import MIN_TEXT_P, commit_early
+
+    # What the signals said on the recordings (bench turn-taking --signals): jfk's first
+    # pause sounds finished but its words are not; its end and a finished question commit.
+    assert not commit_early(TurnScores(0.931, 0.049), 0.25)  # "And so, my fellow Americans,"
+    assert not commit_early(TurnScores(0.949, 0.001), 0.25)  # "...that take no account"
+    assert commit_early(TurnScores(0.904, 0.381), 0.25)  # "...what you can do for your country."
+    assert commit_early(TurnScores(0.811, 0.948), 0.25)  # "...your testing routine, is it?"
+    assert not commit_early(TurnScores(0.99, None), 0.25) and not commit_early(TurnScores(None, 0.9), 0.25)
+    # The text signal must reach its floor on its own, however sure the audio model is.
+    assert not commit_early(TurnScores(1.0, MIN_TEXT_P * 0.9), 0.25)
+    assert commit_early(TurnScores(1.0, MIN_TEXT_P), 0.25)
+
+
 def test_audio_scorer_scores_the_newest_request_on_its_own_thread():
     board, calls, release = TurnEndBoard(), [], threading.Event()
 
@@ -149,6 +164,24 @@ def test_jfk_is_one_turn_committed_early_and_its_first_pause_is_not(registry, jf
     # Committed by the decision (EOT_EARLY), so before min silence + the 5 s grace ran out;
     # how much before depends on this machine's STT and LLM speed (the text signal).
     assert waited < 0.3 + 5.0 - 0.2, waited
+
+
+@pytest.mark.slow
+def test_learned_end_of_turn_with_its_defaults_keeps_jfk_one_turn(registry, jfk):
+    # Learned end of turn with every other setting as shipped (the grace, the threshold,
+    # the early speculative start): jfk's pauses of 1.06 s and 0.99 s inside its one
+    # sentence reopen the turn and never end it, whatever the signals said there.
+    engine = _engine(registry, **{"turns.end_of_turn": "learned"})
+    try:
+        assert engine.turn_model is not None
+        assert engine._unit_config(1).turns.end_of_turn is EndOfTurn.LEARNED
+        (turn,) = _run(engine, jfk)
+    finally:
+        engine.close()
+    words = normalize(turn.transcript)
+    assert words.startswith("and so my fellow americans") and words.endswith("for your country")
+    assert turn.figures[Figure.DROPPED_REVISIONS] >= 2  # at least the two long pauses
+    assert Figure.EOT_EARLY in turn.figures  # the learned decision was the one asked
 
 
 @pytest.mark.slow

@@ -62,9 +62,12 @@ def test_speculative_segment_then_reopen_then_commit():
     assert kinds(events) == ["Started", "SegmentEnded", "Reopened", "Started", "SegmentEnded", "Committed"]
     first_seg, final_seg, commit = events[1][1], events[4][1], events[5][1]
     assert final_seg.audio.size > first_seg.audio.size  # the combined audio
-    assert commit.speculated and np.array_equal(commit.audio, final_seg.audio)
-    # The speculative segment goes out after min_silence, well before the commit.
-    assert events[1][0] - first_seg.t_speech_end == pytest.approx(0.5, abs=2 * FRAME_S)
+    assert commit.speculated and commit.audio.size == final_seg.audio.size
+    # Silence is zeros in these frames: what was sent is what the turn holds.
+    assert np.array_equal(commit.audio, final_seg.audio)
+    # The speculative segment goes out after speculative_start_ms (200), well before the
+    # segment ends (min_silence, 500 ms here) and the commit.
+    assert events[1][0] - first_seg.t_speech_end == pytest.approx(0.2, abs=2 * FRAME_S)
 
 
 def test_speech_shorter_than_min_speech_is_ignored():
@@ -129,3 +132,40 @@ def test_configure_mid_turn_takes_the_new_waits():
                        TurnConfig(reopen_grace_ms=0))
     events = _push(detector, [(0.0, 0.2)], start_t=102.5)
     assert [type(e).__name__ for e in events] == ["Committed"]
+
+
+def early(silence=300, grace=900, start=200):
+    return TurnDetector(VadConfig(min_silence_ms=silence, min_speech_ms=200, pad_ms=300),
+                        TurnConfig(reopen_grace_ms=grace, speculative=True,
+                                   speculative_start_ms=start))
+
+
+def test_the_early_speculative_start_drops_its_work_when_speech_resumes():
+    # 250 ms of silence: past the speculative start (200 ms), short of the segment's end
+    # (300 ms). The work started on the first part is dropped, the turn goes on as one,
+    # and nothing could have committed it in between (no grace yet).
+    detector = early()
+    events = _push(detector, [(0.0, 0.3), (0.9, 1.0), (0.0, 0.25)])
+    assert kinds([(0, e) for e in events]) == ["Started", "SegmentEnded"]
+    assert not detector.in_grace and detector.commit_now() == []
+    events = _push(detector, [(0.9, 0.5), (0.0, 2.0)], start_t=101.55)
+    assert kinds([(0, e) for e in events]) == ["Reopened", "SegmentEnded", "Committed"]
+    second, commit = events[1], events[2]
+    assert commit.speculated and commit.t_speech_end == pytest.approx(102.05, abs=2 * FRAME_S)
+    assert second.audio.size / 16000 == pytest.approx(0.3 + 1.0 + 0.25 + 0.5 + 0.3, abs=0.1)
+
+
+def test_any_sound_after_the_early_start_drops_the_work_before_the_segment_ends():
+    # A breath (p between the silence and speech thresholds) 220 ms into the silence:
+    # the segment sent at 200 ms no longer holds the whole turn.
+    detector = early()
+    events = _push(detector, [(0.0, 0.3), (0.9, 1.0), (0.0, 0.22), (0.4, 0.064), (0.0, 2.0)])
+    assert kinds([(0, e) for e in events]) == ["Started", "SegmentEnded", "Reopened",
+                                               "SegmentEnded", "Committed"]
+
+
+def test_the_speculative_start_is_never_later_than_the_segment_end():
+    detector = early(silence=300, start=5000)
+    events = run(detector, [(0.9, 1.0), (0.0, 2.0)])
+    assert kinds(events) == ["Started", "SegmentEnded", "Committed"]
+    assert events[1][0] - events[1][1].t_speech_end == pytest.approx(0.3, abs=2 * FRAME_S)

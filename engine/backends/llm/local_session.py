@@ -4,13 +4,16 @@ A backend's session says only how its KV cache is kept: ``_prefill`` keeps the c
 common prefix with a new prompt and says how many tokens remain to run, ``_run`` runs
 tokens on top of the cache and returns the last position's logits (a numpy row), and
 ``reset`` forgets it. This class does the rest, the same way for every backend: the
-prompt from the chat template, the end-of-turn probability read from the prefill, the
-repetition penalty and n-gram blocking, streaming detokenization, tool calls kept out of
-the spoken text, cancellation checked before every token, and each step's figures.
+prompt from the chat template, the repetition penalty and n-gram blocking, streaming
+detokenization, tool calls kept out of the spoken text, cancellation checked before every
+token, and each step's figures; and the end-of-turn text signal
+(``sentence_end_probability``), read from the same cache machinery.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -19,7 +22,7 @@ import numpy as np
 
 from engine.backends.base import ChatMessage, GenerationOptions, LlmSession, LlmStep, ToolCall
 from engine.backends.llm import check_context
-from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token, softmax_at
+from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token, softmax_mass
 from engine.backends.llm.text_stream import TextStream
 from engine.backends.llm.tool_calls import MARKERS, CallFilter, ToolFormat, offered_tools
 
@@ -30,7 +33,6 @@ class LocalLlm(Protocol):
     tokenizer: Any  # transformers' tokenizer or a ChatTokenizer (same names)
     tool_format: ToolFormat | None
     stop_ids: frozenset[int]
-    end_of_message_id: int | None
     context_tokens: int
 
     def render(self, messages: list[ChatMessage], options: GenerationOptions | None,
@@ -97,19 +99,8 @@ class LocalLlmSession(LlmSession):
         if should_stop():
             return
         started = time.perf_counter()
-        end_of_turn = None
-        cut = self._user_text_end(messages, options, prompt) if options.score_end_of_turn else None
-        if cut is None:
-            prefilled = self._prefill(prompt)
-            logits = self._run(prompt[len(prompt) - prefilled:])
-        else:
-            # Prefill in two runs split where the user's text ends: the logits there
-            # say how likely the message ends now, at no extra cost.
-            start = cut - self._prefill(prompt[:cut])
-            head = self._run(prompt[start:cut])
-            end_of_turn = softmax_at(head, llm.end_of_message_id)
-            logits = self._run(prompt[cut:])
-            prefilled = len(prompt) - start
+        prefilled = self._prefill(prompt)
+        logits = self._run(prompt[len(prompt) - prefilled:])
         prefill_seconds = time.perf_counter() - started
 
         reply: list[int] = []
@@ -124,44 +115,64 @@ class LocalLlmSession(LlmSession):
             now = time.perf_counter()
             if not reply:
                 t_first = now
-            first_step_extra = {"end_of_turn_probability": end_of_turn} if not reply else {}
             if token in llm.stop_ids:
                 # The end-of-turn token cost a forward pass too: count it in the rate.
                 yield self._step(*calls.split(text.flush(), True), reply, len(reply), prefilled,
-                                 prefill_seconds, t_first, now, True, **first_step_extra)
+                                 prefill_seconds, t_first, now, True)
                 return
             reply.append(token)
             ngrams.add(token)
             last = len(reply) >= max_new_tokens
             piece = text.push(reply) + (text.flush() if last else "")
             yield self._step(*calls.split(piece, last), reply, len(reply) - 1, prefilled,
-                             prefill_seconds, t_first, now, last, **first_step_extra)
+                             prefill_seconds, t_first, now, last)
             if last or should_stop():
                 return
             logits = self._run([token])
 
     def _step(self, piece: str, tool_calls: tuple[ToolCall, ...], reply: list[int], forwards: int,
-              prefilled: int, prefill_seconds: float, t_first: float, now: float, finished: bool,
-              end_of_turn_probability: float | None = None) -> LlmStep:
+              prefilled: int, prefill_seconds: float, t_first: float, now: float,
+              finished: bool) -> LlmStep:
         # The first token comes from the prefill's logits; the rate counts decode passes
         # since then (0.0 until there is one).
         rate = forwards / (now - t_first) if forwards > 0 and now > t_first else 0.0
         return LlmStep(text=piece, tokens=len(reply), prompt_tokens=prefilled,
                        prefill_seconds=prefill_seconds, tokens_per_second=rate,
                        peak_memory_bytes=self.llm.memory_bytes(), finished=finished,
-                       end_of_turn_probability=end_of_turn_probability, tool_calls=tool_calls)
+                       tool_calls=tool_calls)
 
-    def _user_text_end(self, messages: list[ChatMessage], options: GenerationOptions,
-                       prompt: list[int]) -> int | None:
-        """Where in ``prompt`` the last user message's text ends (before its end-of-message
-        token), or None when the chat template does not allow telling."""
-        tok, end = self.llm.tokenizer, self.llm.end_of_message_id
-        if end is None or not messages or messages[-1].get("role") != "user":
-            return None
-        text = self.llm.render(messages, options, add_generation_prompt=False)
-        marker = tok.convert_ids_to_tokens(end)
-        cut = text.rfind(marker) if isinstance(marker, str) else -1
-        if cut <= 0:
-            return None
-        head = self.llm.encode(text[:cut])
-        return len(head) if prompt[:len(head)] == head and len(head) < len(prompt) else None
+    def sentence_end_probability(self, text: str) -> float:
+        """How likely a sentence ends right after ``text``: the next-token probability of
+        the tokens that are sentence-final punctuation, the text run as it stands (no chat
+        template), its own final punctuation dropped.
+
+        Why not the chat template's end-of-message token after the user's message: an
+        instruct model is not trained on user turns, and SmolLM2-135M gave it 0.001 after
+        "Who's going to implement a 4% global wealth tax?" and 0.28 after the unfinished
+        "...develops theories." (with Whisper's period). Whisper ends a cut-off clause with
+        a period too, so the punctuation is the model's to predict, not the transcript's.
+        Successive revisions of one turn share their start, so the cache runs only the
+        new tokens.
+        """
+        words = _FINAL_PUNCTUATION.sub("", text).strip()
+        if not words:
+            return 0.0
+        ids = self.llm.encode(words)
+        check_context(len(ids), 1, self.llm.context_tokens)
+        remaining = self._prefill(ids)
+        logits = self._run(ids[len(ids) - remaining:])
+        return softmax_mass(logits, sentence_end_ids(self.llm.tokenizer, logits.shape[-1]))
+
+
+#: What a transcript may end with that the model should predict instead.
+_FINAL_PUNCTUATION = re.compile(r"[\s.,;:!?…\-\"'”’)\]]+$")
+#: Tokens that end a sentence: . ? ! alone or with closing quotes and brackets; not "..",
+#: which trails off, nor ".," or ".__" (code, abbreviations).
+_SENTENCE_END = re.compile(r"\s*(?:[.?!]|[?!]+)[\"'”’)\]]*\s*")
+
+
+@functools.lru_cache(maxsize=4)
+def sentence_end_ids(tokenizer, vocab_size: int) -> np.ndarray:
+    """The ids of the tokens that end a sentence (``_SENTENCE_END``), once per tokenizer."""
+    ids = [i for i in range(vocab_size) if _SENTENCE_END.fullmatch(tokenizer.decode([i]))]
+    return np.array(ids, dtype=np.int64)

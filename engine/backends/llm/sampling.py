@@ -82,10 +82,10 @@ def choose_token(logits: np.ndarray, temperature: float, banned: set[int],
 _rng = np.random.default_rng()
 
 
-def softmax_at(logits: np.ndarray, token: int | None) -> float:
-    """The probability softmax gives ``token`` in ``logits`` (0.0 for no token)."""
-    if token is None:
+def softmax_mass(logits: np.ndarray, tokens: np.ndarray) -> float:
+    """The probability softmax gives the ``tokens`` (ids) of ``logits`` together."""
+    if tokens.size == 0:
         return 0.0
     row = logits.astype(np.float64)
     row = np.exp(row - row.max())
-    return float(row[token] / row.sum())
+    return float(row[tokens].sum() / row.sum())

@@ -129,8 +129,8 @@ class TransformersLlm(LlmModel):
         return None if self.tool_format else no_tools_reason(self.name)
 
     def end_of_turn_signal(self) -> bool:
-        """True: the prefill's logits give P(end of message) after the user's text."""
-        return self.end_of_message_id is not None
+        """True: a causal LM's next-token logits give ``sentence_end_probability``."""
+        return True
 
     def render(self, messages: list[ChatMessage], options: GenerationOptions | None,
                add_generation_prompt: bool) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.backends.base import LoadRequest, Progress, SttModel, SttResult
+from engine.backends.stt.whisper_window import FittedWhisper
 from engine.errors import AudioInputError, ConfigError, DeviceError, ModelError
 from engine.runtime.memory import file_bytes
 
@@ -110,6 +111,7 @@ class FasterWhisperStt(SttModel):
         self.actual_device = self._read_device()
         # The weights as stored (a local folder); CTranslate2 may convert them on load.
         self.weights_bytes = file_bytes(Path(name) / "model.bin") or None
+        self.fitted = FittedWhisper(model)
 
     def _read_device(self) -> str:
         ct2 = self._model.model
@@ -130,12 +132,15 @@ class FasterWhisperStt(SttModel):
                               f"{self.name}: {what}")
 
     def transcribe(self, audio: np.ndarray, language: str | None = None,
-                   beam_size: int = 1) -> SttResult:
+                   beam_size: int = 1, fit_window_s: float | None = None) -> SttResult:
         """Transcribe 16 kHz mono float32 ``audio``; ``language`` None detects it.
 
         Greedy or beam search at temperature 0 only (no sampling fallback), without
         timestamps, without conditioning on earlier text and without faster-whisper's
-        own VAD: the pipeline's VAD has already cut the segment.
+        own VAD: the pipeline's VAD has already cut the segment. ``fit_window_s`` None
+        pads to 30 s (faster-whisper's ``transcribe``); a number encodes the audio's own
+        length, at least that long (``whisper_window``), and falls back to 30 s when the
+        fitted output loops or the audio is longer than 30 s.
         """
         audio = np.ascontiguousarray(audio, dtype=np.float32)
         if audio.ndim != 1:
@@ -145,6 +150,10 @@ class FasterWhisperStt(SttModel):
         start = time.perf_counter()
         if audio.size == 0:
             return SttResult("", 0.0, 0.0)
+        if fit_window_s is not None:
+            text = self.fitted.transcribe(audio, language, beam_size, fit_window_s)
+            if text is not None:
+                return SttResult(text, seconds, time.perf_counter() - start)
         segments, _info = self._model.transcribe(
             audio, language=language, beam_size=beam_size, temperature=0.0,
             vad_filter=False, without_timestamps=True, condition_on_previous_text=False,
@@ -153,15 +162,18 @@ class FasterWhisperStt(SttModel):
         return SttResult(text, seconds, time.perf_counter() - start)
 
     def warmup(self) -> SttResult:
-        """Transcribe 1 s of silence: the first call pays one-off setup costs."""
-        return self.transcribe(np.zeros(SAMPLE_RATE, dtype=np.float32))
+        """Transcribe 1 s of silence in both windows: the first call pays one-off setup
+        costs, and the fitted path has its own shapes."""
+        silence = np.zeros(SAMPLE_RATE, dtype=np.float32)
+        self.transcribe(silence, fit_window_s=1.0)
+        return self.transcribe(silence)
 
 
 def load(request: LoadRequest, progress: Progress) -> FasterWhisperStt:
     """Load ``request.model`` (a CTranslate2 folder or a hub id) on cpu or cuda:N.
 
     ``request.dtype`` is the CTranslate2 compute type (auto: int8 on CPU, float16 on
-    CUDA). Language and beam size are per call (``transcribe``).
+    CUDA). Language, beam size and window are per call (``transcribe``).
     """
     from faster_whisper import WhisperModel
 

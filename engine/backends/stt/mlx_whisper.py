@@ -131,11 +131,13 @@ class MlxWhisperStt(SttModel):
                               f"choices: {', '.join(sorted(LANGUAGES))}")
 
     def transcribe(self, audio: np.ndarray, language: str | None = None, beam_size: int = 1,
-                   unit: int | None = None) -> SttResult:
+                   fit_window_s: float | None = None, unit: int | None = None) -> SttResult:
         """Transcribe 16 kHz mono float32 ``audio``; thread-safe through the MLX lock.
 
         Greedy (or beam search) at temperature 0 without fallback, timestamps or
         conditioning on earlier text: the pipeline's VAD has already cut the segment.
+        ``fit_window_s`` is ignored: mlx-whisper's ``transcribe`` pads every window to 30 s
+        (``stt.window`` fit is faster-whisper's).
         ``compute_seconds`` includes waiting for the MLX lock. ``unit`` labels the lock
         hold (default: the unit of the calling stage thread).
         """

@@ -53,9 +53,10 @@ class RemoteStt(SttModel):
         """The server decides which languages it knows: any code is passed on."""
 
     def transcribe(self, audio: np.ndarray, language: str | None = None,
-                   beam_size: int = 1) -> SttResult:
+                   beam_size: int = 1, fit_window_s: float | None = None) -> SttResult:
         """Transcribe 16 kHz mono float32 audio on the server; the result's ``figures``
-        are the network's share of its time."""
+        are the network's share of its time. ``beam_size`` and ``fit_window_s`` are not
+        part of the API: the server decodes as it does."""
         started = time.perf_counter()
         data = wav_bytes(audio, SAMPLE_RATE)
         retrier = Retrier(self.endpoint)

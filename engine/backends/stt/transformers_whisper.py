@@ -123,12 +123,14 @@ class TransformersWhisperStt(SttModel):
                               f"{self.name}: it is English-only (use a multilingual model)")
 
     def transcribe(self, audio: np.ndarray, language: str | None = None,
-                   beam_size: int = 1) -> SttResult:
+                   beam_size: int = 1, fit_window_s: float | None = None) -> SttResult:
         """Transcribe 16 kHz mono float32 ``audio`` 30 s window by window (greedy when
         ``beam_size`` is 1).
 
         ``language`` (None: detect) is forced only on multilingual models; English-only
-        models take no language token.
+        models take no language token. ``fit_window_s`` is ignored: transformers' Whisper
+        encoder takes exactly 3000 frames, so every window is 30 s (``stt.window`` fit is
+        faster-whisper's).
         """
         import torch
 

@@ -1,0 +1,202 @@
+"""Whisper encoded at the audio's own length (``stt.window = fit``), on faster-whisper's model.
+
+faster-whisper pads every call to Whisper's 30 s window, and on a CPU most of a short
+turn's time goes into encoding that padding: tiny.en int8 on 2 cores encodes 3000 frames
+(30 s) in ~200-370 ms and 1000 frames (10 s) in ~35 ms. CTranslate2's Whisper encoder
+accepts shorter inputs, so this path computes the log-mel features of the audio alone,
+pads them with 0.5 s and then up to a minimum window, and encodes only that.
+
+Whisper was trained on 30 s windows only, and its decoder reads all 1500 encoder
+positions: handed the short encoding alone it misheard more (tiny.en, 240 renderings of
+the spoken test set: 6.4 % WER with a 5 s window against 3.5 % for 30 s) and looped below
+a few seconds ("and so and so and so..." on 1-2 s of jfk.flac). So the encoder output is
+completed to 1500 positions with the encoding of 30 s of silence, computed once: the
+decoder then sees what it was trained on after the speech (4.0 % WER with a 10 s window,
+against 3.5 % for the 30 s one; ``stt.min_window_s``). The decode is bounded by the
+audio's duration.
+
+What it keeps from faster-whisper's ``transcribe`` (temperature 0, no timestamps, no
+earlier text): the prompt (``<|startoftranscript|>`` [language ``<|transcribe|>``]
+``<|notimestamps|>``), the suppressed tokens, and the no-speech rule (no_speech_prob
+> 0.6 with an average log-probability < -1 gives no words). A multilingual model with no
+language set detects it on the same encoder output; when its first choice is below 0.5 the
+call goes to the 30 s window, which detects as faster-whisper does.
+
+When the output looks like a loop (the token bound reached, gzip compression above
+faster-whisper's 2.4, or a word or phrase repeated back to back: 1 s of "Hello." in a
+short window came out as "Hello? Hello?"), ``transcribe`` returns None and the caller
+decodes the 30 s window instead; so does audio longer than 30 s.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import zlib
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from faster_whisper import WhisperModel
+    from faster_whisper.tokenizer import Tokenizer
+
+SAMPLE_RATE = 16000
+FRAMES_PER_SECOND = 100  # 10 ms hop
+MAX_FRAMES = 3000  # Whisper's 30 s: its encoder has 1500 positions after the stride-2 conv
+#: Silence encoded after the speech however long it is: without it the last word of a
+#: window that ends on speech was misheard more often (tiny.en, the spoken test set).
+TAIL_PAD_FRAMES = 50
+#: Decode at most this many tokens per second of audio, plus the slack: fast English is
+#: ~4 words/s, ~1.3 tokens a word with punctuation.
+TOKENS_PER_SECOND = 7.0
+TOKEN_SLACK = 10
+#: faster-whisper's thresholds (its ``transcribe`` defaults).
+NO_SPEECH_THRESHOLD = 0.6
+LOG_PROB_THRESHOLD = -1.0
+COMPRESSION_RATIO_THRESHOLD = 2.4
+#: Below this probability of its first choice, the language is detected on the 30 s
+#: window instead (faster-whisper's ``language_detection_threshold``). Whisper base on
+#: English: 0.59-1.00 on fitted windows, 0.69-0.99 on 30 s ones (the spoken test set,
+#: jfk.flac, one_two_three, 1 s of jfk).
+LANGUAGE_THRESHOLD = 0.5
+
+
+def decode_budget(seconds: float) -> int:
+    """The most new tokens a decode of ``seconds`` of audio may produce."""
+    return TOKEN_SLACK + math.ceil(TOKENS_PER_SECOND * seconds)
+
+
+def compression_ratio(text: str) -> float:
+    """Bytes of ``text`` over bytes of its zlib compression: high for repeated text."""
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0
+
+
+def repeats_phrase(text: str) -> bool:
+    """True when a word or phrase comes twice in a row ("and so and so", "Hello? Hello?"):
+    Whisper's loops on short windows. Case and punctuation are ignored. Speech that really
+    repeats itself ("bye bye") is flagged too; the caller pays a 30 s decode for it."""
+    words = ["".join(c for c in w.lower() if c.isalnum() or c == "'") for w in text.split()]
+    words = [w for w in words if w]
+    for size in range(1, len(words) // 2 + 1):
+        for start in range(len(words) - 2 * size + 1):
+            if words[start:start + size] == words[start + size:start + 2 * size]:
+                return True
+    return False
+
+
+def looks_looped(text: str, tokens: int, budget: int) -> bool:
+    """The decode ran into its bound, compresses like a loop, or repeats a phrase."""
+    return (tokens >= budget or compression_ratio(text) > COMPRESSION_RATIO_THRESHOLD
+            or repeats_phrase(text))
+
+
+class FittedWhisper:
+    """Transcribes with a loaded faster-whisper model, encoding only what the audio needs.
+
+    Thread-safe like the model: the feature extractor and the CTranslate2 model keep no
+    per-call state, and the per-language tokenizers cached here are read-only.
+    """
+
+    def __init__(self, model: WhisperModel) -> None:
+        from faster_whisper.transcribe import get_suppressed_tokens
+
+        self._model = model
+        self._multilingual = bool(model.model.is_multilingual)
+        self._tokenizers: dict[str, Tokenizer] = {}
+        # The suppressed set does not depend on the language or the task ((-1,): Whisper's
+        # non-speech symbols, as faster-whisper's default suppress_tokens=[-1] asks).
+        self._suppress = list(get_suppressed_tokens(self._tokenizer("en"), (-1,)) or ())
+        self._silence: np.ndarray | None = None  # the encoding of 30 s of silence
+        self._silence_lock = threading.Lock()
+        #: Calls that fell back to the 30 s window because the fitted output looped
+        #: (a count for reports; concurrent calls may each add one).
+        self.fallbacks = 0
+
+    def _tokenizer(self, language: str) -> Tokenizer:
+        tokenizer = self._tokenizers.get(language)
+        if tokenizer is None:
+            from faster_whisper.tokenizer import Tokenizer
+
+            tokenizer = Tokenizer(self._model.hf_tokenizer, self._multilingual,
+                                  task="transcribe", language=language)
+            self._tokenizers[language] = tokenizer
+        return tokenizer
+
+    def _encode(self, features: np.ndarray) -> np.ndarray:
+        """The encoder output of ``features`` (n_mels, frames) as a host array (1, frames/2,
+        d_model): concatenated on the host, so it works for a model on CUDA too."""
+        import ctranslate2
+
+        view = ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None]))
+        return np.asarray(self._model.model.encode(view, to_cpu=True))
+
+    def silence_memory(self) -> np.ndarray:
+        """The encoder output of 30 s of silence (1, 1500, d_model), computed on first use
+        (one 30 s encode) and kept: the positions after the speech come from it."""
+        with self._silence_lock:
+            if self._silence is None:
+                mels = self._model.feature_extractor.mel_filters.shape[0]
+                self._silence = self._encode(np.zeros((mels, MAX_FRAMES), np.float32))
+            return self._silence
+
+    def features(self, audio: np.ndarray, min_window_s: float) -> np.ndarray | None:
+        """Log-mel features of ``audio`` zero-padded (as faster-whisper pads to 30 s) by
+        ``TAIL_PAD_FRAMES`` and up to ``min_window_s``, an even frame count of at most
+        3000; None when the audio alone exceeds 30 s."""
+        mel = self._model.feature_extractor(audio)
+        content = mel.shape[-1] - 1  # faster-whisper drops the frame of the end padding
+        if content > MAX_FRAMES:
+            return None
+        frames = min(MAX_FRAMES, max(content + TAIL_PAD_FRAMES,
+                                     round(min_window_s * FRAMES_PER_SECOND)))
+        frames += frames % 2
+        window = np.zeros((mel.shape[0], frames), dtype=np.float32)
+        window[:, :content] = mel[:, :content]
+        return window
+
+    def memory(self, window: np.ndarray):
+        """The decoder's input for ``window``: its encoding, then the silence encoding's
+        positions after it, 1500 in all (a CTranslate2 StorageView)."""
+        import ctranslate2
+
+        encoded = self._encode(window)
+        silence = self.silence_memory()
+        full = np.concatenate([encoded, silence[:, encoded.shape[1]:]], axis=1)
+        return ctranslate2.StorageView.from_array(np.ascontiguousarray(full, dtype=np.float32))
+
+    def transcribe(self, audio: np.ndarray, language: str | None, beam_size: int,
+                   min_window_s: float) -> str | None:
+        """The text of 16 kHz mono float32 ``audio`` (``language`` None: the model's own,
+        detected on a multilingual model), or None where the 30 s window must be used:
+        audio longer than 30 s, an unsure language detection, or an output that looks
+        like a loop."""
+        window = self.features(audio, min_window_s)
+        if window is None:
+            return None
+        memory = self.memory(window)
+        ct2 = self._model.model
+        if language is None and self._multilingual:
+            token, probability = ct2.detect_language(memory)[0][0]
+            if probability < LANGUAGE_THRESHOLD:
+                return None  # unsure on this little audio: detect on the 30 s window
+            language = token[2:-2]
+        tokenizer = self._tokenizer(language if self._multilingual and language else "en")
+        prompt = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
+        budget = min(decode_budget(audio.size / SAMPLE_RATE), self._model.max_length - len(prompt))
+        result = ct2.generate(
+            memory, [prompt], beam_size=beam_size, patience=1.0, length_penalty=1.0,
+            max_length=len(prompt) + budget, return_scores=True, return_no_speech_prob=True,
+            suppress_blank=True, suppress_tokens=self._suppress,
+        )[0]
+        tokens = result.sequences_ids[0]
+        # faster-whisper's average log-probability, from the length-normalised score.
+        avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
+        if result.no_speech_prob > NO_SPEECH_THRESHOLD and avg_logprob < LOG_PROB_THRESHOLD:
+            return ""
+        text = tokenizer.decode(tokens).strip()
+        if looks_looped(text, len(tokens), budget):
+            self.fallbacks += 1
+            return None
+        return text
