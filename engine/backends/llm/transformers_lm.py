@@ -25,6 +25,7 @@ from pathlib import Path
 from engine.backends.llm import display_name, reusable_prefix
 from engine.backends.base import (ChatMessage, GenerationOptions, LlmModel, LoadRequest,
                                   Progress, no_progress)
+from engine.backends.torch_load import TRANSFORMERS_LOAD_LOCK
 from engine.backends.llm.local_session import LocalLlmSession, end_of_message_id
 from engine.backends.llm.model_folder import resolve_model_folder
 from engine.backends.llm.tool_calls import (ToolFormat, no_tools_reason, render_chat, tool_format)
@@ -67,16 +68,17 @@ def load(request: LoadRequest, progress: Progress = no_progress) -> Transformers
     dtype = _torch_dtype(request.dtype, device)
     progress(None, f"loading {folder.name} on {device} ({str(dtype).removeprefix('torch.')})")
     started = time.perf_counter()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True)
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise ModelError(f"cannot load the language model in {folder}: {exc}") from None
-    if not tokenizer.chat_template:
-        raise ModelError(f"the model in {folder} has no chat template "
-                         "(chat_template.jinja or tokenizer_config.json); use an instruct/chat model")
-    # transformers wraps Module.to with functools.wraps, which pyright reads as unbound.
-    model.to(str(device)).eval()  # pyright: ignore[reportArgumentType]
+    with TRANSFORMERS_LOAD_LOCK:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True)
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            raise ModelError(f"cannot load the language model in {folder}: {exc}") from None
+        if not tokenizer.chat_template:
+            raise ModelError(f"the model in {folder} has no chat template "
+                             "(chat_template.jinja or tokenizer_config.json); use an instruct/chat model")
+        # transformers wraps Module.to with functools.wraps, which pyright reads as unbound.
+        model.to(str(device)).eval()  # pyright: ignore[reportArgumentType]
     llm = TransformersLlm(model, tokenizer, folder)
     progress(1.0, f"loaded {folder.name} on {llm.actual_device} in {time.perf_counter() - started:.1f} s")
     return llm

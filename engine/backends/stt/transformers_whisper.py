@@ -16,6 +16,7 @@ import numpy as np
 from engine.backends.base import LoadRequest, Progress, SttModel, SttResult
 from engine.runtime.devices import Device
 from engine.errors import AudioInputError, ConfigError, DeviceError, ModelError
+from engine.backends.torch_load import TRANSFORMERS_LOAD_LOCK
 from engine.runtime.hub import offline as hub_offline
 from engine.runtime.memory import torch_weights_bytes
 from engine.runtime.mlx_lock import MlxLock, model_lock, unit_of_current_thread
@@ -173,20 +174,21 @@ def load(request: LoadRequest, progress: Progress) -> TransformersWhisperStt:
     dtype = _torch_dtype(request.dtype, request.device.kind)
     ref, local_only = _resolve_model(request.model)
     progress(None, f"loading Whisper {ref} ({str(dtype).removeprefix('torch.')}) on {device}")
-    try:
-        processor = AutoProcessor.from_pretrained(ref, local_files_only=local_only)
-        model = WhisperForConditionalGeneration.from_pretrained(
-            ref, dtype=dtype, local_files_only=local_only)
-    except Exception as exc:  # noqa: BLE001 - hub misses, unreadable or foreign files: many types
-        raise _load_error(ref, local_only, exc) from None
-    if not (hasattr(processor, "feature_extractor") and hasattr(processor, "batch_decode")):
-        raise ModelError(f"STT model {ref} has no Whisper processor (feature extractor and "
-                         "tokenizer files)")
-    try:
-        # transformers wraps Module.to with functools.wraps, which pyright reads as unbound.
-        model = model.to(device).eval()  # pyright: ignore[reportArgumentType]
-    except (RuntimeError, AssertionError) as exc:
-        raise DeviceError(f"stt stage: cannot move Whisper to {device}: {exc}") from None
+    with TRANSFORMERS_LOAD_LOCK:
+        try:
+            processor = AutoProcessor.from_pretrained(ref, local_files_only=local_only)
+            model = WhisperForConditionalGeneration.from_pretrained(
+                ref, dtype=dtype, local_files_only=local_only)
+        except Exception as exc:  # noqa: BLE001 - hub misses, unreadable or foreign files: many types
+            raise _load_error(ref, local_only, exc) from None
+        if not (hasattr(processor, "feature_extractor") and hasattr(processor, "batch_decode")):
+            raise ModelError(f"STT model {ref} has no Whisper processor (feature extractor and "
+                             "tokenizer files)")
+        try:
+            # transformers wraps Module.to with functools.wraps, which pyright reads as unbound.
+            model = model.to(device).eval()  # pyright: ignore[reportArgumentType]
+        except (RuntimeError, AssertionError) as exc:
+            raise DeviceError(f"stt stage: cannot move Whisper to {device}: {exc}") from None
     stt = TransformersWhisperStt(model, processor, ref)
     progress(1.0, f"Whisper ready on {stt.actual_device} ({str(stt.dtype).removeprefix('torch.')})")
     return stt
