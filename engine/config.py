@@ -11,6 +11,7 @@ import dataclasses
 import enum
 import tomllib
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -310,6 +311,18 @@ def load_config(path: str | Path) -> EngineConfig:
         return config_from_dict(data)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+
+
+def config_from_flags(args: object, defaults: Mapping[str, Any] | None = None) -> EngineConfig:
+    """The config a command line asks for: its ``--config`` file (if given), then the
+    command's own ``defaults``, then each setting flag given (argparse stores them under
+    their dotted keys, ``args.__dict__["stt.window"]``; None: not given)."""
+    values = vars(args)
+    path = values.get("config")
+    config = load_config(path) if path else EngineConfig()
+    flags = {dotted: values[dotted] for dotted, _f, _t in config_fields()
+             if values.get(dotted) is not None}
+    return config.with_overrides({**(defaults or {}), **flags})
 
 
 def config_from_dict(data: dict[str, Any]) -> EngineConfig:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from engine.bench.layouts import ResolvedLayout, parse_layouts, resolve_layouts
-from engine.config import EngineConfig, config_fields, load_config, require_one_unit
+from engine.config import EngineConfig, config_from_flags, require_one_unit
 from engine.bench.sampler import PeriodicSampler
 from engine.errors import AudioInputError, ConfigError, NoSpeechError, ParleyError, run_command
 from engine.pipeline.critical_path import median_turn
@@ -64,10 +64,7 @@ def build_parser(add_config_flags: Callable[[argparse.ArgumentParser], None] | N
 
 
 def _config(args: argparse.Namespace) -> EngineConfig:
-    config = load_config(args.config) if args.config else EngineConfig()
-    overrides = {dotted: getattr(args, dotted) for dotted, _f, _t in config_fields()
-                 if getattr(args, dotted, None) is not None}
-    return config.with_overrides(overrides)
+    return config_from_flags(args)
 
 
 class MemorySampler(PeriodicSampler):

@@ -35,7 +35,7 @@ import numpy as np
 
 from engine.bench.variants import bench_variants
 from engine.bench.words import contains_word, corpus_word_error_rate, word_errors
-from engine.config import EngineConfig, config_fields, load_config
+from engine.config import EngineConfig, config_from_flags
 from engine.errors import ConfigError, ModelError, run_command
 
 if TYPE_CHECKING:
@@ -268,10 +268,7 @@ def build_parser(add_config_flags: Callable[[argparse.ArgumentParser], None] | N
 
 def quality_config(args: argparse.Namespace) -> EngineConfig:
     """The engine config: the file, the bench's defaults, then the flags given."""
-    config = load_config(args.config) if getattr(args, "config", None) else EngineConfig()
-    flags = {dotted: getattr(args, dotted) for dotted, _f, _t in config_fields()
-             if getattr(args, dotted, None) is not None}
-    return config.with_overrides({**QUALITY_DEFAULTS, **flags})
+    return config_from_flags(args, QUALITY_DEFAULTS)
 
 
 def _say(text: str) -> None:

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSink, AudioSource
-from engine.config import EngineConfig, config_fields, load_config
+from engine.config import EngineConfig, config_from_flags
 from engine.errors import ConfigError, run_command
 from engine.pipeline.control import CancelReason
 from engine.pipeline.events import EngineError, Event, TurnCancelled, TurnFinished, UserSpeaking
@@ -432,10 +432,7 @@ def build_parser(add_config_flags: Callable[[argparse.ArgumentParser], None] | N
 
 def soak_config(args: argparse.Namespace) -> EngineConfig:
     """The engine config: the file, the soak's defaults, then the flags given."""
-    config = load_config(args.config) if getattr(args, "config", None) else EngineConfig()
-    flags = {dotted: getattr(args, dotted) for dotted, _f, _t in config_fields()
-             if getattr(args, dotted, None) is not None}
-    return config.with_overrides({**{k: str(v) for k, v in SOAK_DEFAULTS.items()}, **flags})
+    return config_from_flags(args, {k: str(v) for k, v in SOAK_DEFAULTS.items()})
 
 
 def check_args(args: argparse.Namespace) -> None:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from engine.bench.turn_scoring import Commit, Reference, Score, load_reference, nearest, score_commits
 from engine.bench.variants import bench_variants
-from engine.config import EngineConfig, config_fields, load_config
+from engine.config import EngineConfig, config_from_flags
 from engine.errors import ConfigError, ParleyError, run_command
 from engine.pipeline.metrics import Figure, Mark, TurnRecord
 
@@ -216,10 +216,7 @@ def build_parser(add_config_flags: Callable[[argparse.ArgumentParser], None] | N
 
 
 def _config(args: argparse.Namespace) -> EngineConfig:
-    config = load_config(args.config) if getattr(args, "config", None) else EngineConfig()
-    flags = {dotted: getattr(args, dotted) for dotted, _f, _t in config_fields()
-             if getattr(args, dotted, None) is not None}
-    return config.with_overrides(flags)
+    return config_from_flags(args)
 
 
 def _say(text: str) -> None:

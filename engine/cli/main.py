@@ -17,7 +17,7 @@ import enum
 import logging
 import sys
 
-from engine.config import EngineConfig, config_fields, load_config
+from engine.config import EngineConfig, config_fields, config_from_flags
 from engine.errors import ParleyError, run_command
 
 
@@ -40,10 +40,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> EngineConfig:
-    config = load_config(args.config) if args.config else EngineConfig()
-    overrides = {dotted: getattr(args, dotted) for dotted, _f, _t in config_fields()
-                 if getattr(args, dotted, None) is not None}
-    return config.with_overrides(overrides)
+    """The config of ``--config`` and the setting flags given."""
+    return config_from_flags(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
