@@ -16,37 +16,56 @@ import functools
 import re
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from engine.backends.base import ChatMessage, GenerationOptions, LlmSession, LlmStep, ToolCall
+from engine.backends.base import ChatMessage, GenerationOptions, LlmModel, LlmSession, LlmStep, ToolCall
 from engine.backends.llm import check_context
 from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token, softmax_mass
 from engine.backends.llm.text_stream import TextStream
-from engine.backends.llm.tool_calls import MARKERS, CallFilter, ToolFormat, offered_tools
+from engine.backends.llm.tool_calls import (MARKERS, CallFilter, ToolFormat, no_tools_reason, offered_tools,
+                                            render_chat)
 
 
-class LocalLlm(Protocol):
-    """What the decode loop reads from a loaded local model."""
+class LocalLlm(LlmModel):
+    """A loaded local model that the decode loop runs: the part of the model every local
+    backend shares (chat template, tools, the end-of-turn signal, warm-up). A backend
+    sets the attributes and writes ``encode``, ``memory_bytes`` and ``new_session``."""
 
+    name: str
     tokenizer: Any  # transformers' tokenizer or a ChatTokenizer (same names)
-    tool_format: ToolFormat | None
+    tool_format: ToolFormat | None  # the call format the chat template asks for
     stop_ids: frozenset[int]
     context_tokens: int
 
-    def render(self, messages: list[ChatMessage], options: GenerationOptions | None,
-               add_generation_prompt: bool) -> str:
-        """``messages`` through the chat template as text."""
-        ...
-
     def encode(self, text: str) -> list[int]:
         """The token ids of ``text`` (no special tokens added)."""
-        ...
+        raise NotImplementedError
 
     def memory_bytes(self) -> int | None:
         """The model's memory now (GPU peak, or the process RSS on a CPU)."""
-        ...
+        raise NotImplementedError
+
+    def tool_support(self) -> str | None:
+        """None when the chat template renders tools in a format we parse, else why not."""
+        return None if self.tool_format else no_tools_reason(self.name)
+
+    def end_of_turn_signal(self) -> bool:
+        """True: a causal LM's next-token logits give ``sentence_end_probability``."""
+        return True
+
+    def render(self, messages: list[ChatMessage], options: GenerationOptions | None,
+               add_generation_prompt: bool) -> str:
+        """``messages`` through the chat template as text, with the tools ``options`` offer."""
+        return render_chat(self.tokenizer, self.name, self.tool_format, messages, options,
+                           add_generation_prompt=add_generation_prompt, tokenize=False)
+
+    def warmup(self) -> None:
+        """Run a one-token reply so the first real turn does not pay for lazy setup."""
+        for _ in self.new_session().generate([{"role": "user", "content": "Hi"}],
+                                             GenerationOptions(max_new_tokens=1), lambda: False):
+            pass
 
 
 def end_of_message_id(tokenizer) -> int | None:

@@ -24,12 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.backends.base import ChatMessage, GenerationOptions, LlmModel, LoadRequest, Progress, no_progress
+from engine.backends.base import LoadRequest, Progress, no_progress
 from engine.backends.llm import display_name, reusable_prefix
 from engine.backends.llm.chat_tokenizer import ChatTokenizer
-from engine.backends.llm.local_session import LocalLlmSession, end_of_message_id
+from engine.backends.llm.local_session import LocalLlm, LocalLlmSession, end_of_message_id
 from engine.backends.llm.onnx_convert import DEFAULT_PRECISION, PRECISIONS, WEIGHTS, converted_folder
-from engine.backends.llm.tool_calls import ToolFormat, no_tools_reason, render_chat, tool_format
+from engine.backends.llm.tool_calls import ToolFormat, tool_format
 from engine.errors import ConfigError, DeviceError, ModelError
 from engine.runtime.memory import file_bytes
 from engine.runtime.mlx_lock import MlxLock, model_lock, unit_of_current_thread
@@ -85,7 +85,7 @@ def _genai_config(folder: Path) -> dict:
         raise ModelError(f"cannot read {folder / 'genai_config.json'}: {exc}") from None
 
 
-class OnnxGenaiLlm(LlmModel):
+class OnnxGenaiLlm(LocalLlm):
     """A loaded onnxruntime-genai model and its tokenizer, shared by every pipeline unit."""
 
     actual_device = "cpu"
@@ -113,20 +113,6 @@ class OnnxGenaiLlm(LlmModel):
         """A fresh conversation (empty KV cache) for one pipeline unit."""
         return OnnxGenaiSession(self)
 
-    def tool_support(self) -> str | None:
-        """None when the chat template renders tools in a format we parse, else why not."""
-        return None if self.tool_format else no_tools_reason(self.name)
-
-    def end_of_turn_signal(self) -> bool:
-        """True: a causal LM's next-token logits give ``sentence_end_probability``."""
-        return True
-
-    def render(self, messages: list[ChatMessage], options: GenerationOptions | None,
-               add_generation_prompt: bool) -> str:
-        """``messages`` through the chat template as text, with the tools ``options`` offer."""
-        return render_chat(self.tokenizer, self.name, self.tool_format, messages, options,
-                           add_generation_prompt=add_generation_prompt, tokenize=False)
-
     def encode(self, text: str) -> list[int]:
         """The token ids of ``text`` (no special tokens added)."""
         return self.tokenizer.encode(text)
@@ -142,12 +128,6 @@ class OnnxGenaiLlm(LlmModel):
         params = og.GeneratorParams(self.model)
         params.set_search_options(max_length=self.context_tokens, past_present_share_buffer=False)
         return og.Generator(self.model, params)
-
-    def warmup(self) -> None:
-        """Run a one-token reply so the first real turn does not pay for lazy setup."""
-        for _ in self.new_session().generate([{"role": "user", "content": "Hi"}],
-                                             GenerationOptions(max_new_tokens=1), lambda: False):
-            pass
 
     def memory_bytes(self) -> int | None:
         """The process RSS (the model lives in this process's memory)."""

@@ -23,12 +23,12 @@ import time
 from pathlib import Path
 
 from engine.backends.llm import display_name, reusable_prefix
-from engine.backends.base import (ChatMessage, GenerationOptions, LlmModel, LoadRequest,
+from engine.backends.base import (ChatMessage, GenerationOptions, LoadRequest,
                                   Progress, no_progress)
 from engine.backends.torch_load import TRANSFORMERS_LOAD_LOCK
-from engine.backends.llm.local_session import LocalLlmSession, end_of_message_id
+from engine.backends.llm.local_session import LocalLlm, LocalLlmSession, end_of_message_id
 from engine.backends.llm.model_folder import resolve_model_folder
-from engine.backends.llm.tool_calls import (ToolFormat, no_tools_reason, render_chat, tool_format)
+from engine.backends.llm.tool_calls import (ToolFormat, tool_format)
 from engine.errors import ConfigError, DeviceError, ModelError
 from engine.runtime.memory import torch_weights_bytes
 from engine.runtime.mlx_lock import MlxLock, model_lock, unit_of_current_thread
@@ -98,7 +98,7 @@ def _torch_dtype(name: str, device):
     return torch.float32
 
 
-class TransformersLlm(LlmModel):
+class TransformersLlm(LocalLlm):
     """A loaded causal LM and tokenizer, shared by every pipeline unit."""
 
     def __init__(self, model, tokenizer, folder: Path) -> None:
@@ -126,29 +126,9 @@ class TransformersLlm(LlmModel):
         """A fresh conversation (empty KV cache) for one pipeline unit."""
         return TransformersLlmSession(self)
 
-    def tool_support(self) -> str | None:
-        """None when the chat template renders tools in a format we parse, else why not."""
-        return None if self.tool_format else no_tools_reason(self.name)
-
-    def end_of_turn_signal(self) -> bool:
-        """True: a causal LM's next-token logits give ``sentence_end_probability``."""
-        return True
-
-    def render(self, messages: list[ChatMessage], options: GenerationOptions | None,
-               add_generation_prompt: bool) -> str:
-        """``messages`` through the chat template as text, with the tools ``options`` offer."""
-        return render_chat(self.tokenizer, self.name, self.tool_format, messages, options,
-                           add_generation_prompt=add_generation_prompt, tokenize=False)
-
     def encode(self, text: str) -> list[int]:
         """The token ids of ``text`` (no special tokens added)."""
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    def warmup(self) -> None:
-        """Run a one-token reply so the first real turn does not pay for lazy setup."""
-        for _ in self.new_session().generate([{"role": "user", "content": "Hi"}],
-                                             GenerationOptions(max_new_tokens=1), lambda: False):
-            pass
 
     def forward(self, token_ids: list[int], cache):
         """Run ``token_ids`` through the model on top of ``cache``; the last position's logits.
