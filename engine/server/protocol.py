@@ -20,6 +20,9 @@ stages emitted them, so the session can follow a turn without locks:
   its function-call items and ``done``.
 - ``TurnCancelled`` (barge-in): every active response ends ``cancelled``.
 
+A function call is sent no sooner than a moment after its turn's ``speech_stopped``
+(``engine.server.pacing``: pipecat loses a tool result that comes in the same burst).
+
 The conversation is kept as items (``engine.server.items``), each mirrored in the unit's
 chat history, so ``conversation.item.retrieve``/``.delete``/``.truncate`` act on what the
 LLM will read next. A ``response.create`` made while another response is in progress
@@ -52,6 +55,7 @@ from engine.report import figure_json, turn_dict
 from engine.server import wire
 from engine.server.items import Conversation, HistoryKey, client_item
 from engine.server.limits import TokenBucket
+from engine.server.pacing import ToolCallPacing
 from engine.server.response_create import ResponseSpec, response_spec
 from engine.server.responses import Response, Responses
 from engine.server.server_settings import ServerSettings
@@ -105,7 +109,8 @@ class RealtimeSession:
 
     def __init__(self, send: Callable[[dict], None], settings: ServerSettings,
                  run_blocking: Callable[..., Awaitable[Any]],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 pacing: ToolCallPacing | None = None) -> None:
         self.id = wire.new_id("sess")
         self._send = send
         self._settings = settings
@@ -135,6 +140,7 @@ class RealtimeSession:
         self._claims_ahead = 0  # response.create for a commit the VAD has not reached yet
         self._saying = 0  # say() calls whose turn id is not known yet
         self._orphans: dict[int, list[Callable[[], None]]] = {}
+        self._pacing = pacing or ToolCallPacing(clock)
         self.closed = False
         self._handlers = {
             "session.update": self._session_update,
@@ -171,6 +177,7 @@ class RealtimeSession:
     def close(self) -> None:
         """The client left: drop whatever the engine still sends."""
         self.closed = True
+        self._pacing.drop()
 
     def _session_object(self) -> dict:
         config = self._unit.config
@@ -449,10 +456,21 @@ class RealtimeSession:
 
     def on_audio(self, turn: int, b64: str) -> None:
         """Reply audio of ``turn`` (base64 PCM16 at 24 kHz)."""
+        if self._pacing.holds(is_call=False):
+            self._pacing.hold(lambda: self.on_audio(turn, b64))
+            return
         self._for_turn(turn, lambda r: self.responses.audio(r, b64))
 
     def on_event(self, event: Event) -> None:
         """An engine event of this session's unit."""
+        if self.closed:
+            return
+        if self._pacing.holds(is_call=isinstance(event, ToolCallsMade)):
+            self._pacing.hold(lambda: self._on_event_now(event))
+            return
+        self._on_event_now(event)
+
+    def _on_event_now(self, event: Event) -> None:
         if self.closed:
             return
         if isinstance(event, UserSpeaking):
@@ -541,6 +559,7 @@ class RealtimeSession:
         if not self._manual:
             self._send(wire.event("input_audio_buffer.speech_stopped", item_id=item_id,
                                   audio_end_ms=self._audio_ms(turn, Mark.SPEECH_END)))
+            self._pacing.speech_stopped()
         item = wire.user_item(item_id, [{"type": "input_audio", "transcript": None}], "in_progress")
         previous = self.conversation.add(item, HistoryKey(turn_id=turn, kind=ItemKind.USER))
         self._send(wire.event("input_audio_buffer.committed", item_id=item_id,

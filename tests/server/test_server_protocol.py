@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import time
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from engine.backends.voices import Voice, VoiceList, openai_voice
 from engine.pipeline.chat_history import ChatHistory, ItemKind
 from engine.pipeline.messages import PLAIN_REPLY, ReplyRequest
 from engine.server.limits import TokenBucket
+from engine.server.pacing import ToolCallPacing
 from engine.server.session_update import Capabilities
 from engine.server.protocol import RealtimeSession
 from engine.server.server_settings import ServerSettings
@@ -89,11 +91,28 @@ async def run_now(fn, *args):
     return fn(*args)
 
 
+class Timers:
+    """A ``call_later`` the test runs by hand."""
+
+    def __init__(self) -> None:
+        self.due: list[tuple[float, object]] = []
+
+    def __call__(self, delay: float, callback) -> None:
+        self.due.append((delay, callback))
+
+    def run(self) -> None:
+        due, self.due = self.due, []
+        for _delay, callback in due:
+            callback()
+
+
 def make(settings: ServerSettings | None = None, clock=None, source: StreamSource | None = None,
-         capabilities: Capabilities | None = None):
+         capabilities: Capabilities | None = None, pacing: ToolCallPacing | None = None):
+    """A session on a fake unit. Function calls are not paced unless ``pacing`` says so."""
     sent: list[dict] = []
+    pacing = pacing or ToolCallPacing(clock or time.monotonic, gap_s=0.0)
     session = RealtimeSession(sent.append, settings or ServerSettings(), run_now,
-                              **({"clock": clock} if clock else {}))
+                              **({"clock": clock} if clock else {}), pacing=pacing)
     unit = FakeUnit()
     source = source or StreamSource()
     session.attach(unit, source, unit_number=3, voice_for=FakeTts().voice_for,
@@ -565,6 +584,33 @@ def test_function_calls_become_items_with_their_arguments_and_outputs_go_to_the_
     outputs = [i for i in unit.chat_history.items() if i.kind is ItemKind.FUNCTION_OUTPUT]
     assert [(o.call_id, o.text) for o in outputs] == [("call_1", '{"temp_c": 21}')]
     assert unit.said == [""]
+
+
+def test_a_function_call_ready_at_the_commit_waits_out_its_gap_and_what_follows_keeps_its_order():
+    # pipecat loses a tool result that arrives in the same burst as speech_stopped.
+    clock, timers = Clock(), Timers()
+    session, _unit, _source, sent = make(clock=clock,
+                                         pacing=ToolCallPacing(clock, gap_s=0.15, call_later=timers))
+    session.on_event(UserSpeaking(3, 7, True))
+    session.on_event(UserSpeaking(3, 7, False))
+    session.on_event(ToolCallsMade(3, 7, (ToolCall("call_1", "get_weather", '{"city":"Paris"}'),)))
+    session.on_audio(7, base64.b64encode(bytes(4800)).decode())
+    session.on_event(TurnFinished(3, record(7)))
+    assert "input_audio_buffer.speech_stopped" in types(sent)
+    assert "response.function_call_arguments.done" not in types(sent)
+    assert "response.done" not in types(sent)
+    assert [round(delay, 2) for delay, _ in timers.due] == [0.15]
+    clock.t = 0.15
+    timers.run()
+    kinds = types(sent)
+    assert kinds.index("response.function_call_arguments.done") < kinds.index("response.done")
+    assert kinds[-1] == "response.done"
+    # The next turn's call, once the gap has passed, goes out at once.
+    session.on_event(UserSpeaking(3, 8, True))
+    session.on_event(UserSpeaking(3, 8, False))
+    clock.t = 1.0
+    session.on_event(ToolCallsMade(3, 8, (ToolCall("call_2", "get_weather", '{"city":"Rome"}'),)))
+    assert "response.function_call_arguments.done" in types(sent)[-6:] and timers.due == []
 
 
 def test_items_can_be_deleted_and_an_assistant_reply_truncated():
