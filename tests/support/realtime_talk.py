@@ -84,8 +84,9 @@ class Talk:
     def diagnosis(self) -> str:
         """The server's errors and the last events both ways, for a failure message."""
         errors = self.tap.errors()
-        return (f"server error events: {errors}\nlast client events: {self.tap.kinds('client')[-12:]}\n"
-                f"last server events: {self.tap.kinds('server')[-25:]}")
+        return (f"server error events: {errors}\n"
+                f"last client events: {_runs(self.tap.kinds('client'))[-12:]}\n"
+                f"last server events: {_runs(self.tap.kinds('server'))[-25:]}")
 
     async def until(self, check: Callable[[], object], what: str, timeout_s: float | None = None):
         """Poll ``check`` until it returns something truthy; its value."""
@@ -131,3 +132,15 @@ class Talk:
                                     f"a spoken reply to the barge-in {text!r}")
         await self.played_out(response)
         return item_id, response
+
+
+def _runs(kinds: list[str]) -> list[str]:
+    """``kinds`` with each run of one kind written once with its count: a stream of
+    appends would otherwise push the client's last control event out of sight."""
+    runs: list[list] = []
+    for kind in kinds:
+        if runs and runs[-1][0] == kind:
+            runs[-1][1] += 1
+        else:
+            runs.append([kind, 1])
+    return [kind if count == 1 else f"{kind} x{count}" for kind, count in runs]
