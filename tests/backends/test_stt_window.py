@@ -110,6 +110,21 @@ def test_a_looping_fitted_output_falls_back_to_30_s(fw, one_two_three_path, monk
     assert "one two three" in normalize_spelled(text)
 
 
+def test_an_unsure_fitted_decode_falls_back_to_30_s(fw, one_two_three_path, monkeypatch):
+    from engine.backends.stt import whisper_window
+
+    audio = load_audio(one_two_three_path)
+    # Clear speech decodes above the bar: the fitted path keeps its own words.
+    assert "one two three" in normalize_spelled(fw.fitted.transcribe(audio, "en", 1, FIT))
+    # Every log-probability is below 0: with the bar there, the fitted decode is refused
+    # and the backend's 30 s decode still gives the words.
+    monkeypatch.setattr(whisper_window, "UNSURE_LOGPROB", 0.0)
+    before = fw.fitted.fallbacks
+    assert fw.fitted.transcribe(audio, "en", 1, FIT) is None
+    assert fw.fitted.fallbacks == before + 1
+    assert "one two three" in normalize_spelled(fw.transcribe(audio, "en", 1, FIT).text)
+
+
 def test_full_keeps_the_30_s_window(fw, jfk16k, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("window full must not take the fitted path")

@@ -140,7 +140,7 @@ class FasterWhisperStt(SttModel):
         own VAD: the pipeline's VAD has already cut the segment. ``fit_window_s`` None
         pads to 30 s (faster-whisper's ``transcribe``); a number encodes the audio's own
         length, at least that long (``whisper_window``), and falls back to 30 s when the
-        fitted output loops or the audio is longer than 30 s.
+        fitted output loops or is unsure, or the audio is longer than 30 s.
         """
         audio = np.ascontiguousarray(audio, dtype=np.float32)
         if audio.ndim != 1:
