@@ -20,6 +20,7 @@ import os
 
 import pytest
 
+from engine.bench.words import word_errors
 from tests.support.chat_server import ChatServer, message_text
 from tests.support.realtime_talk import Talk, transcript
 from tests.support.server import ServeProcess, free_port
@@ -87,6 +88,17 @@ def heard(tap: WsTap) -> list[str]:
     """What the server transcribed of the user, in order."""
     return [normalize(e.get("transcript", ""))
             for e in tap.sent("server", "conversation.item.input_audio_transcription.completed")]
+
+
+def check_heard(tap: WsTap, questions: list[str]) -> None:
+    """One transcript per spoken question, in order, each at most one word wrong: tiny.en
+    hears Piper's noisy "Paris" as "pairs" now and then, which is not what these tests are
+    about; a turn cut in two, or a garbled one, still fails."""
+    said = heard(tap)
+    assert len(said) == len(questions), said
+    for question, text in zip(questions, said):
+        errors, _words = word_errors(question, text)
+        assert errors <= 1, (question, text, said)
 
 
 def check_tool_round_trip(tap: WsTap, requests: list[dict]) -> None:
@@ -169,9 +181,7 @@ def test_openai_agents_realtime_runner_three_spoken_turns_with_tool_and_barge_in
     assert [e for e in events if e.type == "error"] == []
     assert called == ["Paris"]
     assert [e.output for e in events if e.type == "tool_end"] == [FORECAST]
-    said = heard(tap)
-    assert len(said) == 3 and "weather in paris" in said[0] and "story about a cat" in said[1] \
-        and "joke" in said[2], said
+    check_heard(tap, [WEATHER_Q, STORY_Q, BARGE_Q])
     check_instructions(requests)
     check_tool_round_trip(tap, requests)
     assert FORECAST in transcript(weather), weather
@@ -254,9 +264,7 @@ def test_pipecat_openai_realtime_three_spoken_turns_then_barge_in(served, chat, 
     assert tap.errors() == []
     assert errors == []
     assert called == [{"city": "Paris"}]
-    said = heard(tap)
-    assert len(said) == 4 and "weather in paris" in said[0] and "dinner" in said[1] \
-        and "story about a cat" in said[2] and "joke" in said[3], said
+    check_heard(tap, [WEATHER_Q, DINNER_Q, STORY_Q, BARGE_Q])
     check_instructions(requests)
     check_tool_round_trip(tap, requests)
     assert transcript(greeting).strip()
