@@ -157,6 +157,9 @@ class _LlmCore:
         metadata=_range(1.0, 3.0, "penalty on repeated tokens", runtime=True))
     no_repeat_ngram_size: int = field(default=4,
         metadata=_range(0, 20, "forbid repeating n-grams (0 off)", runtime=True))
+    summarize_history: bool = field(default=True, metadata=_range(
+        help="summarise the turns the prompt no longer keeps (between turns, in the "
+             "background), so a long conversation keeps its start", runtime=True))
 
 
 @dataclass(frozen=True)
@@ -234,6 +237,22 @@ class TurnConfig:
 
 
 @dataclass(frozen=True)
+class ToolsConfig:
+    """Function tools the assistant may call when its LLM can (``engine/tools/``)."""
+
+    enabled: bool = field(default=True, metadata=_range(
+        help="offer tools (clock, timers, calculator, history search, your own) to an LLM "
+             "that can call them", runtime=True))
+    user_module: str = field(default="", metadata=_range(
+        help="your own tools: a Python file or module name with a TOOLS list", runtime=True))
+    timeout_s: float = field(default=10.0, metadata=_range(
+        0.5, 300.0, "a tool call running longer ends with an error", runtime=True))
+    trusted: str = field(default="", metadata=_range(
+        help="comma-separated tools with side effects that run without asking first",
+        runtime=True))
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """Everything the engine needs; the GUI's settings map one-to-one onto it."""
 
@@ -246,6 +265,7 @@ class EngineConfig:
     tts: TtsConfig = field(default_factory=TtsConfig)
     audio: AudioConfig = field(default_factory=AudioConfig)
     turns: TurnConfig = field(default_factory=TurnConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
 
     # ------------------------------------------------------------------ derived views
     def flat(self) -> dict[str, Any]:

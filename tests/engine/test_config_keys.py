@@ -15,7 +15,7 @@ KEYS = [
     "stt.base_url", "stt.api_key_env", "stt.timeout_s", "stt.retries", "stt.stream",
     "llm.backend", "llm.model", "llm.device", "llm.dtype", "llm.system_prompt",
     "llm.max_new_tokens", "llm.max_sentences", "llm.history_turns", "llm.temperature",
-    "llm.repetition_penalty", "llm.no_repeat_ngram_size",
+    "llm.repetition_penalty", "llm.no_repeat_ngram_size", "llm.summarize_history",
     "llm.base_url", "llm.api_key_env", "llm.timeout_s", "llm.retries",
     "tts.backend", "tts.model", "tts.device", "tts.voice", "tts.speed", "tts.first_clause_words",
     "tts.base_url", "tts.api_key_env", "tts.timeout_s", "tts.retries", "tts.response_format",
@@ -23,6 +23,7 @@ KEYS = [
     "turns.reopen_grace_ms", "turns.speculative", "turns.live_transcription",
     "turns.live_transcription_interval", "turns.barge_in", "turns.end_of_turn",
     "turns.end_of_turn_threshold", "turns.speculative_start_ms",
+    "tools.enabled", "tools.user_module", "tools.timeout_s", "tools.trusted",
 ]
 
 
