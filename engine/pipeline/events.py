@@ -60,6 +60,48 @@ class ToolCallsMade(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCallStarted(Event):
+    """The assistant runs one of its own tools (``engine/tools/``) for a reply's call."""
+
+    turn_id: int
+    call: ToolCall
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallFinished(Event):
+    """One of the assistant's tool calls ended, ``seconds`` after it started.
+
+    ``result`` is the text the model was given. ``error`` is None on success, else why
+    the call failed (the tool raised, timed out, is unknown, or the user declined it);
+    the conversation goes on either way.
+    """
+
+    turn_id: int
+    call: ToolCall
+    result: str
+    error: str | None
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class TimerDue(Event):
+    """A timer or reminder the assistant set is due (``due_at``: ``time.time()`` seconds)."""
+
+    timer_id: str
+    label: str
+    due_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class HistorySummarized(Event):
+    """The turns the prompt no longer keeps were summarised, between turns: the prompt
+    now carries ``summary`` in place of every turn up to ``through_turn``."""
+
+    summary: str
+    through_turn: int
+
+
+@dataclass(frozen=True, slots=True)
 class TurnCancelled(Event):
     """A turn's reply ends unfinished. ``reason``: "barge-in", "reopened" (the user went
     on speaking; the turn is redone), "cleared" (a client threw its audio away) or
