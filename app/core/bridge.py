@@ -13,7 +13,7 @@ from PySide6.QtCore import QObject, Signal
 
 from app.core.background import emit_safely
 from engine.pipeline.events import (EngineError, Event, FinalTranscript, PartialTranscript, ReplyText,
-                                    TurnCancelled, TurnFinished, UserSpeaking)
+                                    TimerDue, TurnCancelled, TurnFinished, UserSpeaking)
 
 
 class EventBridge(QObject):
@@ -26,6 +26,7 @@ class EventBridge(QObject):
     turn_cancelled = Signal(int, int, str)  # unit, turn_id, reason
     turn_finished = Signal(object)  # TurnRecord
     engine_error = Signal(str, str)  # stage, message
+    timer_due = Signal(str, str, float)  # timer_id, label, due_at (time.time() seconds)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -71,6 +72,8 @@ class EventBridge(QObject):
             return self.turn_finished, event.record
         if isinstance(event, EngineError):
             return self.engine_error, event.stage, event.message
+        if isinstance(event, TimerDue):
+            return self.timer_due, event.timer_id, event.label, event.due_at
         # LoadProgress is not re-emitted: the controller reports loading itself, through
         # the progress callback of Engine.load and Engine.apply.
         return None
