@@ -1,7 +1,7 @@
 """Engine: resolves placements, loads shared models, runs N pipeline units, snapshots.
 
 The GUI and the CLI talk to the engine only through ``load``, ``apply``, ``start``,
-``stop``, ``interrupt``, ``subscribe`` and ``snapshot`` — never to a running stage.
+``stop``, ``interrupt``, ``say``, ``subscribe`` and ``snapshot`` — never to a running stage.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from engine.pipeline.events import Event, EventHub, LoadProgress
 from engine.runtime.hub import HubStatus
 from engine.runtime.memory import MemoryReading, sample_memory
 from engine.runtime.mlx_lock import MlxLockSnapshot, get_mlx_lock
+from engine.pipeline.messages import PLAIN_REPLY, ReplyRequest
 from engine.pipeline.metrics import Metrics, StageStats, TurnRecord
 from engine.runtime.model_registry import ModelRegistry
 from engine.pipeline.unit import PipelineUnit
@@ -351,6 +352,22 @@ class Engine:
         """Cut off every reply in progress."""
         for unit in self.units:
             unit.interrupt()
+
+    def say(self, text: str, *, speak: bool = True) -> int:
+        """A typed message to the first unit, answered like a committed spoken turn
+        (``PipelineUnit.say``); returns its turn id. ``speak`` False answers in text only
+        (no audio). The turn is recorded as typed (``TurnKind.TYPED``) and is cut off by
+        speech or ``interrupt`` like any reply. May wait while the LLM stage's queue is
+        full: call it off the GUI thread.
+
+        Raises ConfigError on a message with no words, ParleyError when no unit runs."""
+        if not isinstance(text, str) or not text.strip():
+            raise ConfigError(f"a typed message needs words; got {text!r}")
+        units = self.units
+        if self.state is not EngineState.RUNNING or not units:
+            raise ParleyError(f"the engine cannot answer a typed message while "
+                              f"{self.state.value}; start it first")
+        return units[0].say(text.strip(), PLAIN_REPLY if speak else ReplyRequest(speak=False))
 
     def new_conversation(self, timeout: float = 10.0) -> bool:
         """Start every running unit's conversation over (``PipelineUnit.new_conversation``):

@@ -138,8 +138,8 @@ def _search(store: HistoryStore, args: argparse.Namespace, _day) -> int:
         print(f"nothing matches {args.query!r}", file=sys.stderr)
         return 0
     for hit in hits:
-        print(f"conversation {hit.conversation_id} turn {hit.turn_id} "
-              f"({local_time(hit.finished_at, seconds=False)}): {hit.snippet}")
+        print(f"conversation {hit.conversation_id} turn {hit.turn_id} ({hit.kind.value}, "
+              f"{local_time(hit.finished_at, seconds=False)}): {hit.snippet}")
     return 0
 
 
@@ -172,7 +172,7 @@ def format_conversation(conversation: StoredConversation) -> str:
     lines += [f"  {describe_placement(p)}" for p in conversation.placements]
     for turn in conversation.turns:
         lines.append(f"turn {turn.turn_id}{' (cut off)' if turn.cancelled else ''} · "
-                     f"{local_time(turn.finished_at)}")
+                     f"{turn.kind.value} · {local_time(turn.finished_at)}")
         lines.append(f"  you:    {turn.transcript or '(no words recognised)'}")
         lines.append(f"  parley: {turn.reply or '(no reply)'}")
         v2v = turn.figures.get("voice_to_voice_s")

@@ -24,7 +24,7 @@ from engine.errors import ParleyError
 
 log = logging.getLogger("parley.history")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION_ID = 0x50524C59  # "PRLY": marks a Parley history database
 
 
@@ -94,8 +94,15 @@ CREATE TRIGGER turns_au AFTER UPDATE ON turns BEGIN
 END;
 """
 
+# Version 2: how each turn's words came in (engine.pipeline.metrics.TurnKind); the turns
+# stored before it were all spoken.
+_SCHEMA_V2 = """
+ALTER TABLE turns ADD COLUMN kind TEXT NOT NULL DEFAULT 'spoken'
+    CHECK (kind IN ('spoken', 'typed'));
+"""
+
 # Each step takes the schema from version N-1 to N, in the transaction that sets N.
-_MIGRATIONS: dict[int, str] = {1: _SCHEMA_V1}
+_MIGRATIONS: dict[int, str] = {1: _SCHEMA_V1, 2: _SCHEMA_V2}
 _OUR_TABLES = {"conversations", "turns", "turns_fts"}
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from engine.history.database import SCHEMA_VERSION, HistoryError
+from engine.pipeline.metrics import TurnKind
 
 if TYPE_CHECKING:
     from engine.history.store import StoredConversation
@@ -76,7 +77,8 @@ def conversation_markdown(conversation: StoredConversation) -> str:
         if turn.placements and turn.placements != shown:
             lines += ["Models from this turn on:", "", *(m[2:] for m in _models(turn.placements)), ""]
             shown = turn.placements
-        lines += ["**You:**", "", turn.transcript or "*(no words recognised)*", "",
+        you = "**You (typed):**" if turn.kind is TurnKind.TYPED else "**You:**"
+        lines += [you, "", turn.transcript or "*(no words recognised)*", "",
                   "**Parley:**", "", turn.reply or "*(no reply)*", ""]
         notes = []
         if turn.cancelled:

@@ -1,7 +1,8 @@
 """The conversation history: every finished turn, stored as it completes, searchable.
 
 One SQLite database in the user's data folder (``history_path()``): a table of
-conversations, a table of turns (transcript, reply, timeline, figures, placements) and
+conversations, a table of turns (transcript, reply, how it came in: spoken or typed,
+timeline, figures, placements) and
 an FTS5 index over transcripts and replies, kept in step by triggers. The file itself (its
 schema, the checks before writing, a damaged or newer file moved aside) is
 ``engine.history.database``; recording an engine's turns is ``engine.history.recorder``;
@@ -28,7 +29,7 @@ from typing import Any
 
 from engine.history.database import HistoryError, open_database
 from engine.history.export import conversation_text, require_export_format
-from engine.pipeline.metrics import TurnRecord
+from engine.pipeline.metrics import TurnKind, TurnRecord
 
 DB_NAME = "history.db"
 _TURN_KEYS = ("turn_id", "transcript", "reply", "cancelled", "timeline")  # turn_dict's non-figures
@@ -97,12 +98,14 @@ class StoredTurn:
     timeline: dict[str, float]
     figures: dict[str, Any]
     placements: list[dict]
+    kind: TurnKind = TurnKind.SPOKEN  # how the user's words came in
 
     def as_dict(self) -> dict:
-        """The keys of a ``parley-cli converse --json`` turn, then where and when."""
+        """The keys of a ``parley-cli converse --json`` turn, then how, where and when."""
         return {"turn_id": self.turn_id, "transcript": self.transcript, "reply": self.reply,
                 "cancelled": self.cancelled, "timeline": self.timeline, **self.figures,
-                "unit": self.unit, "finished_at": self.finished_at, "placements": self.placements}
+                "kind": self.kind.value, "unit": self.unit, "finished_at": self.finished_at,
+                "placements": self.placements}
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,12 +154,13 @@ class SearchHit:
     transcript: str
     reply: str
     snippet: str  # the best-matching column, matches between the marks
+    kind: TurnKind = TurnKind.SPOKEN  # how the user's words came in
 
     def as_dict(self) -> dict:
         return {"conversation_id": self.conversation_id, "title": self.title,
                 "started_at": self.started_at, "turn_id": self.turn_id,
                 "finished_at": self.finished_at, "transcript": self.transcript,
-                "reply": self.reply, "snippet": self.snippet}
+                "reply": self.reply, "snippet": self.snippet, "kind": self.kind.value}
 
 
 def figures_of(record: TurnRecord) -> dict[str, Any]:
@@ -252,7 +256,7 @@ class HistoryStore:
         becomes the conversation's title."""
         row = (record.turn_id, record.unit, finished_at or utc_now(), record.transcript,
                record.reply, int(record.cancelled), json.dumps(record.timeline()),
-               json.dumps(figures_of(record)), json.dumps(placements or []))
+               json.dumps(figures_of(record)), json.dumps(placements or []), record.kind.value)
         with self.transaction():
             conn = self._live()
             if not conn.execute("SELECT 1 FROM conversations WHERE id=?",
@@ -260,7 +264,8 @@ class HistoryStore:
                 raise HistoryError(f"no conversation {conversation_id} in {self.path}")
             cur = conn.execute(
                 "INSERT INTO turns(turn_id, unit, finished_at, transcript, reply, cancelled, "
-                "timeline, figures, placements, conversation_id) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                "timeline, figures, placements, kind, conversation_id) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (*row, conversation_id))
             self._set_title(conversation_id, record.transcript)
             return _inserted_row(cur)
@@ -319,10 +324,11 @@ class HistoryStore:
         with self._lock:
             cid, started, title, source, placements = self._require(conversation_id)
             rows = self._query("SELECT id, conversation_id, turn_id, unit, finished_at, transcript, "
-                               "reply, cancelled, timeline, figures, placements FROM turns "
+                               "reply, cancelled, timeline, figures, placements, kind FROM turns "
                                "WHERE conversation_id=? ORDER BY id", (conversation_id,))
         turns = tuple(StoredTurn(r[0], r[1], r[2], r[3], r[4], r[5], r[6], bool(r[7]),
-                                 json.loads(r[8]), json.loads(r[9]), json.loads(r[10])) for r in rows)
+                                 json.loads(r[8]), json.loads(r[9]), json.loads(r[10]),
+                                 TurnKind(r[11])) for r in rows)
         return StoredConversation(cid, started, title, source, json.loads(placements), turns)
 
     def search(self, query: str, limit: int = 50, *, literal: bool = False,
@@ -336,7 +342,7 @@ class HistoryStore:
         try:
             rows = self._query(
                 "SELECT c.id, c.title, c.started_at, t.id, t.turn_id, t.finished_at, t.transcript, "
-                "t.reply, snippet(turns_fts, -1, ?, ?, '…', 12) FROM turns_fts "
+                "t.reply, snippet(turns_fts, -1, ?, ?, '…', 12), t.kind FROM turns_fts "
                 "JOIN turns t ON t.id = turns_fts.rowid JOIN conversations c ON c.id = t.conversation_id "
                 "WHERE turns_fts MATCH ? ORDER BY bm25(turns_fts), t.id LIMIT ?",
                 (marks[0], marks[1], match, int(limit)))
@@ -344,7 +350,7 @@ class HistoryStore:
             raise HistoryError(f"search {query!r} is not a valid query ({exc}); use words, "
                                '"a phrase", word*, AND, OR, NOT, or search the words as typed '
                                "(--literal)") from None
-        return [SearchHit(*row) for row in rows]
+        return [SearchHit(*row[:-1], kind=TurnKind(row[-1])) for row in rows]
 
     def export(self, conversation_id: int, format: str = "md") -> str:
         """The conversation as Markdown (``md``) or JSON (``json``) text."""

@@ -42,6 +42,15 @@ class Mark(enum.StrEnum):
     BARGE_IN = "barge_in"  # the user's new speech cut this reply off
 
 
+class TurnKind(enum.StrEnum):
+    """How the user's side of a turn came in: said into the microphone, or typed
+    (``PipelineUnit.say``: the window's message box, ``parley-cli ask``/``chat``, a
+    Realtime client's text). The words are what the history stores."""
+
+    SPOKEN = "spoken"
+    TYPED = "typed"
+
+
 class UnitOfMeasure(enum.Enum):
     """How a figure is shown and rounded."""
 
@@ -157,6 +166,7 @@ class TurnRecord:
     cancelled: bool
     finished: bool
     figures: Mapping[Figure, float] = field(default_factory=dict)
+    kind: TurnKind = TurnKind.SPOKEN
 
     def since_speech_end(self, mark: Mark) -> float | None:
         """Seconds from the end of the user's speech to ``mark`` (None if missing)."""
@@ -234,6 +244,7 @@ class _Turn:
     finished: bool = False
     figures: dict[Figure, float] = field(default_factory=dict)
     min_generation: int = 0  # work of older generations (a dropped revision) is ignored
+    kind: TurnKind = TurnKind.SPOKEN
 
 
 class Metrics:
@@ -302,6 +313,11 @@ class Metrics:
             turn = self._current(unit, turn_id, generation)
             if turn is not None:
                 turn.transcript = text
+
+    def set_kind(self, unit: int, turn_id: int, kind: TurnKind) -> None:
+        """How the turn's words came in (``TurnKind``); a turn is spoken unless told."""
+        with self._lock:
+            self._turn(unit, turn_id).kind = kind
 
     def add_reply(self, unit: int, turn_id: int, text: str, generation: int | None = None) -> None:
         with self._lock:
@@ -375,7 +391,7 @@ class Metrics:
         return TurnRecord(unit=turn.unit, turn_id=turn.turn_id, marks=dict(turn.marks),
                           transcript=turn.transcript, reply="".join(turn.reply).strip(),
                           cancelled=turn.cancelled, finished=turn.finished,
-                          figures=dict(turn.figures))
+                          figures=dict(turn.figures), kind=turn.kind)
 
 
 def _check_recordable(name: object) -> None:

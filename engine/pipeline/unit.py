@@ -15,7 +15,7 @@ from engine.pipeline.control import CancelReason, TurnControl
 from engine.pipeline.chat_history import ChatHistory
 from engine.pipeline.events import EngineError, EventHub
 from engine.pipeline.messages import PLAIN_REPLY, ReplyRequest, Transcript
-from engine.pipeline.metrics import Mark, Metrics
+from engine.pipeline.metrics import Mark, Metrics, TurnKind
 from engine.pipeline.playback import Playback
 from engine.pipeline.stage import SourceStage, Stage, StageContext
 from engine.stages.llm_stage import LlmStage
@@ -108,7 +108,7 @@ class PipelineUnit:
         ``text`` "" answers the conversation as it stands (a greeting, or the reply after
         a tool's output); ``request`` says how (``ReplyRequest``). It goes straight to the
         LLM stage (no audio, no STT). May wait while the LLM's queue is full: call it off
-        an event loop.
+        an event loop. The turn's record says it was typed (``TurnKind.TYPED``).
         """
         turn = self._typed_turn = self._next_turn_id()
         now = time.perf_counter()
@@ -116,6 +116,7 @@ class PipelineUnit:
         for mark in (Mark.SPEECH_START, Mark.SPEECH_END, Mark.COMMITTED):
             metrics.mark(unit, turn, mark, now)
         metrics.set_transcript(unit, turn, text)
+        metrics.set_kind(unit, turn, TurnKind.TYPED)
         self.ctx.held.commit(turn)
         self.playback.commit(turn)
         self.vad.note_reply(turn)
