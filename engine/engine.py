@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from engine.audio.base import AudioSink, AudioSource
@@ -26,12 +26,15 @@ from engine.pipeline.events import Event, EventHub, LoadProgress
 from engine.runtime.hub import HubStatus
 from engine.runtime.memory import MemoryReading, sample_memory
 from engine.runtime.mlx_lock import MlxLockSnapshot, get_mlx_lock
-from engine.pipeline.messages import PLAIN_REPLY, ReplyRequest
 from engine.pipeline.metrics import Metrics, StageStats, TurnRecord
 from engine.runtime.model_registry import ModelRegistry
 from engine.pipeline.unit import PipelineUnit
 from engine.report import placement_dict
 from engine.runtime.placement import Placement, resolve_placements
+from engine.tools.host import ToolHost
+from engine.tools.registry import ToolSupport
+from engine.tools.runner import Confirmer
+from engine.tools.timers import Timer
 
 if TYPE_CHECKING:
     import numpy as np
@@ -100,6 +103,7 @@ class Engine:
         self._turn_ids = itertools.count(1)  # unique across units and restarts
         self._runtime_notes: list[str] = []
         self.turn_model = None  # the end-of-turn audio model, when learned end of turn is on
+        self.tools = ToolHost(self.events, self._turn_ids.__next__)  # engine/tools/host.py
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -137,6 +141,7 @@ class Engine:
         try:
             self._load_stages(progress)
             self._prepare_turn_model(self.config)
+            self.tools.configure(self.config.tools, model_of(self.models, "llm"))
         except BaseException:
             self.release_models()
             self.state = EngineState.CREATED
@@ -275,6 +280,7 @@ class Engine:
                 models = {**self.models, **loaded}
                 for stage in STAGES:
                     _check_runtime_options(models, stage, config)
+                self.tools.configure(config.tools, model_of(models, "llm"))
             except BaseException:
                 for stage in loaded:
                     self.registry.release(placements[stage], config.stage_config(stage))
@@ -318,6 +324,7 @@ class Engine:
                 raise
             self.units = units
             self.state = EngineState.RUNNING
+            self.tools.attach(units)  # desktop units run the assistant's own tools
 
     def start_unit(self, source: AudioSource, sink: AudioSink, unit: int) -> PipelineUnit:
         """Start one more pipeline unit (numbered ``unit``) on the loaded models.
@@ -367,7 +374,8 @@ class Engine:
         if self.state is not EngineState.RUNNING or not units:
             raise ParleyError(f"the engine cannot answer a typed message while "
                               f"{self.state.value}; start it first")
-        return units[0].say(text.strip(), PLAIN_REPLY if speak else ReplyRequest(speak=False))
+        # The unit's reply defaults carry the assistant's tools (engine/tools/host.py).
+        return units[0].say(text.strip(), replace(units[0].ctx.reply, speak=speak))
 
     def new_conversation(self, timeout: float = 10.0) -> bool:
         """Start every running unit's conversation over (``PipelineUnit.new_conversation``):
@@ -379,6 +387,24 @@ class Engine:
         for unit in list(self.units):
             done = unit.new_conversation(max(0.1, deadline - time.monotonic())) and done
         return done
+
+    def tool_support(self) -> ToolSupport:
+        """Whether the assistant offers its tools now, why not, and which tools there are."""
+        return self.tools.support()
+
+    def set_tool_confirmer(self, confirm: Confirmer | None) -> None:
+        """``confirm(call, info) -> bool`` is asked before an untrusted tool with side
+        effects runs, on the tool worker thread (it may block until the user answers);
+        None declines every such call."""
+        self.tools.set_confirmer(confirm)
+
+    def timers(self) -> tuple[Timer, ...]:
+        """The pending timers and reminders, soonest first (kept across restarts)."""
+        return self.tools.timers()
+
+    def cancel_timer(self, timer_id: str) -> bool:
+        """Cancel a timer or reminder; False when there is no such timer."""
+        return self.tools.cancel_timer(timer_id)
 
     def voices(self) -> VoiceList:
         """The voices of the loaded TTS model."""
@@ -427,7 +453,7 @@ class Engine:
         Returns the names of threads still alive (empty when all ended).
         """
         deadline = time.perf_counter() + timeout
-        stuck: list[str] = []
+        stuck = self.tools.detach(timeout / 2)
         with self._lock:
             for unit in self.units:  # signal all first, so units stop in parallel
                 unit.ctx.stopping.set()
@@ -440,6 +466,7 @@ class Engine:
     def close(self) -> None:
         """Stop and release the models."""
         self.stop()
+        self.tools.close()
         self.release_models()
 
     def threads_alive(self) -> list[str]:

@@ -10,7 +10,7 @@
   (``ENGINE_LAYERS``, each one described in ``docs/ARCHITECTURE.md``).
 - The streaming core (``engine.pipeline``, ``engine.stages``) imports nothing from the tools
   and services built on it (``engine.bench``, ``engine.cli``, ``engine.doctor``, ``engine.server``,
-  ``engine.history``).
+  ``engine.history``, ``engine.tools``).
 - ``app``'s feature packages (``APP_FEATURES``) import ``app.core`` and their own modules,
   never each other or ``app.window`` (the composition root, which may import them all);
   ``app.core`` imports no feature. ``app/`` has at most 10 files at its top level.
@@ -210,9 +210,10 @@ def test_only_the_command_line_imports_it_and_nothing_imports_its_entry_point(al
 ENGINE_TOP_LEVEL = {"__init__", "engine", "config", "config_diff", "errors", "recording", "report"}
 ENGINE_TOP_LEVEL_MAX = 12  # counting __init__.py
 ENGINE_LAYERS = {"pipeline", "stages", "runtime", "audio", "backends", "history", "server", "bench",
-                 "cli", "doctor"}
+                 "cli", "doctor", "tools"}
 STREAMING_CORE = ("engine.pipeline", "engine.stages")
-BUILT_ON_THE_CORE = ("engine.bench", "engine.cli", "engine.doctor", "engine.server", "engine.history")
+BUILT_ON_THE_CORE = ("engine.bench", "engine.cli", "engine.doctor", "engine.server", "engine.history",
+                     "engine.tools")
 
 
 def _within(dotted: str, packages: tuple[str, ...]) -> bool:

@@ -1,4 +1,5 @@
-"""Where Parley keeps converted models: ``$PARLEY_CACHE_DIR`` or the user cache folder,
+"""Where Parley keeps its data (``$PARLEY_DATA_DIR`` or the user data folder) and converted
+models (``$PARLEY_CACHE_DIR`` or the user cache folder),
 and, in a built app, the models converted when it was built."""
 
 from __future__ import annotations
@@ -33,3 +34,16 @@ def prebuilt_models_dir() -> Path | None:
         return None
     folder = Path(bundle) / PREBUILT_MODELS
     return folder if folder.is_dir() else None
+
+
+def data_dir() -> Path:
+    """The folder for Parley's own data (timers, the history): ``$PARLEY_DATA_DIR`` or the
+    user data folder (created on first use by whoever writes)."""
+    env = os.environ.get("PARLEY_DATA_DIR")
+    if env:
+        return Path(env)
+    if platform.system() == "Darwin":
+        return Path.home() / "Library" / "Application Support" / "Parley"
+    if platform.system() == "Windows":
+        return Path(os.environ.get("APPDATA", Path.home())) / "Parley"
+    return Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local" / "share")) / "parley"

@@ -1,0 +1,192 @@
+"""``ToolHost``: the engine's tools, wired to its desktop units. The Engine holds one and
+forwards ``tool_support``, ``set_tool_confirmer``, ``timers`` and ``cancel_timer`` to it.
+
+``configure`` (at load and at every ``apply``) decides whether tools are offered: tools
+on, an LLM that can call them, a user module that loads; ``attach`` (at ``start``)
+offers the tool specs on the units' replies (``set_reply_defaults``) and starts the tool
+worker thread and the timer clock; ``detach`` (at ``stop``) ends both. Units a realtime
+server starts (``Engine.start_unit``) are never attached: their client runs its own tools.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from engine.backends.base import LlmModel, ToolSpec
+from engine.config import ToolsConfig
+from engine.pipeline.events import EngineError, Event, EventHub, TimerDue, ToolCallsMade
+from engine.pipeline.messages import PLAIN_REPLY, ReplyRequest
+from engine.tools.builtins import built_in_tools
+from engine.tools.registry import Tool, ToolInfo, ToolSupport, check_trusted
+from engine.tools.runner import Confirmer, ToolRunner, ToolSet
+from engine.tools.timers import Timer, TimerBook, TimerClock, chime
+from engine.tools.user_module import ToolModuleError, module_label
+from engine.tools.worker import UserToolWorker
+
+if TYPE_CHECKING:
+    from engine.pipeline.unit import PipelineUnit
+
+log = logging.getLogger("parley.tools")
+
+#: The turn id the chime is played under (real turns count from 1).
+CHIME_TURN = 0
+CHIME_RATE = 24000
+ENABLE_HINT = ("tools need an LLM that can call them: a remote OpenAI-compatible LLM "
+               "(llm.backend openai), or a local model whose chat template offers tools, "
+               "such as Qwen2.5-Instruct, Qwen3 or a Llama 3.x instruct model")
+
+
+def _history_path() -> Path:
+    from engine.history.store import history_path
+
+    return history_path()
+
+
+class ToolHost:
+    """The engine's tools; see the module doc. ``configure``/``attach``/``detach`` run
+    under the engine's lock; the getters may be called from any thread."""
+
+    def __init__(self, events: EventHub, next_turn_id: Callable[[], int],
+                 book: TimerBook | None = None) -> None:
+        self._events = events
+        self._book = book or TimerBook()
+        self._built_ins = built_in_tools(self._book, _history_path)
+        self._set = ToolSet(dict(self._built_ins), frozenset(), ToolsConfig().timeout_s, None)
+        self._support = ToolSupport(False, "tools are off until the engine is loaded",
+                                    _infos(self._built_ins))
+        self._confirm: Confirmer | None = None
+        self._lock = threading.Lock()
+        self._units: dict[int, PipelineUnit] = {}
+        self._runner = ToolRunner(events, next_turn_id, lambda: self._set, lambda: self._confirm)
+        self._clock = TimerClock(self._book, self._fire)
+        self._worker: UserToolWorker | None = None
+        events.subscribe(self._on_event)
+
+    # ------------------------------------------------------------------ settings
+    def configure(self, config: ToolsConfig, llm: LlmModel) -> None:
+        """Decide what is offered under ``config`` with ``llm``; a ConfigError (nothing
+        changed) when ``tools.trusted`` names an unknown tool. A bad user module turns
+        tools off with the fault as the reason, and is reported as an ``EngineError``."""
+        tools: dict[str, Tool] = dict(self._built_ins)
+        worker, fault = self._user_worker(config.user_module)
+        if worker is not None:
+            source = module_label(config.user_module)
+            for user in worker.tools:
+                if user.name in tools:
+                    fault = (f"tools.user_module: {source} defines {user.name!r}, which is a "
+                             "built-in tool's name; rename it")
+                    break
+                tools[user.name] = Tool(ToolInfo(user.name, user.description, user.side_effects, source),
+                                        ToolSpec(user.name, user.description, user.parameters))
+        try:
+            trusted = check_trusted(config.trusted, tools) if fault is None else frozenset()
+        except BaseException:
+            if worker is not None and worker is not self._worker:
+                worker.close()
+            raise
+        no_llm = llm.tool_support()
+        if fault is not None:
+            support = ToolSupport(False, fault, _infos(self._built_ins))
+        elif not config.enabled:
+            support = ToolSupport(False, "tools are off (tools.enabled is false)", _infos(tools))
+        elif no_llm is not None:
+            support = ToolSupport(False, f"{no_llm}; {ENABLE_HINT}", _infos(tools))
+        else:
+            support = ToolSupport(True, "", _infos(tools))
+        with self._lock:
+            old_worker, self._worker = self._worker, worker
+            self._set = ToolSet(tools, trusted, config.timeout_s, worker)
+            self._support = support
+            units = list(self._units.values())
+        if old_worker is not None and old_worker is not worker:
+            old_worker.close()
+        for unit in units:
+            unit.set_reply_defaults(self.reply_defaults())
+        if fault is not None:
+            self._events.emit(EngineError(-1, "tools", fault))
+
+    def _user_worker(self, spec: str) -> tuple[UserToolWorker | None, str | None]:
+        """The worker of ``spec`` (the running one if ``spec`` is unchanged), or why not."""
+        if not spec.strip():
+            return None, None
+        current = self._worker
+        if current is not None and current.spec == spec:
+            return current, None
+        worker = UserToolWorker(spec)
+        try:
+            worker.start()
+        except ToolModuleError as exc:
+            return None, str(exc)
+        return worker, None
+
+    def reply_defaults(self) -> ReplyRequest:
+        """The request a desktop unit's replies are made with: the tools, when offered."""
+        with self._lock:
+            if not self._support.available:
+                return PLAIN_REPLY
+            return replace(PLAIN_REPLY, tools=tuple(t.spec for t in self._set.tools.values()))
+
+    def support(self) -> ToolSupport:
+        return self._support
+
+    def set_confirmer(self, confirm: Confirmer | None) -> None:
+        self._confirm = confirm
+
+    # ------------------------------------------------------------------ timers
+    def timers(self) -> tuple[Timer, ...]:
+        return self._book.timers()
+
+    def cancel_timer(self, timer_id: str) -> bool:
+        return self._book.cancel(timer_id) is not None
+
+    def _fire(self, timer: Timer) -> None:
+        """On the clock thread: the event, and the chime on the first unit's sink."""
+        with self._lock:
+            unit = next(iter(self._units.values()), None)
+        self._events.emit(TimerDue(-1 if unit is None else unit.unit, timer.timer_id,
+                                   timer.label, timer.due_at))
+        if unit is not None and not unit.ctx.stopping.is_set():
+            try:
+                (unit.playback.echo or unit.sink).play(chime(CHIME_RATE), CHIME_RATE, CHIME_TURN)
+            except Exception as exc:  # noqa: BLE001 - a closed or lost sink: the notice still went out
+                log.warning("the chime of timer %s could not play: %s", timer.timer_id, exc)
+
+    # ------------------------------------------------------------------ units
+    def attach(self, units: list[PipelineUnit]) -> None:
+        """Offer the tools on ``units`` and start the tool thread and the timer clock."""
+        with self._lock:
+            self._units = {u.unit: u for u in units}
+        for unit in units:
+            unit.set_reply_defaults(self.reply_defaults())
+        self._runner.start()
+        self._clock.start()
+
+    def detach(self, timeout: float = 2.0) -> list[str]:
+        """Stop the tool thread and the clock; the names of those that did not end."""
+        with self._lock:
+            self._units = {}
+        stuck = [] if self._runner.stop(timeout) else ["parley-tools"]
+        return stuck + ([] if self._clock.stop(timeout) else ["parley-timers"])
+
+    def close(self) -> None:
+        """Detach, and end the worker process."""
+        self.detach()
+        with self._lock:
+            worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.close()
+
+    def _on_event(self, event: Event) -> None:
+        if isinstance(event, ToolCallsMade):
+            unit = self._units.get(event.unit)
+            if unit is not None and self._support.available:
+                self._runner.submit(unit, event)
+
+
+def _infos(tools: dict[str, Tool]) -> tuple[ToolInfo, ...]:
+    return tuple(t.info for t in tools.values())

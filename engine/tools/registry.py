@@ -1,0 +1,65 @@
+"""What the assistant's tools are: their public description (``ToolInfo``), whether the
+loaded LLM may use them (``ToolSupport``), and the registry the runner calls them through.
+
+A ``Tool`` pairs the ``ToolSpec`` the model is offered (``engine/backends/base.py``) with
+how it runs: a built-in is a function called on the tool worker thread, a user tool is
+called in the worker process (``engine/tools/worker.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.backends.base import ToolSpec
+from engine.errors import ConfigError
+
+BUILT_IN = "built-in"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolInfo:
+    """One tool as the user sees it: ``source`` is "built-in" or the user module's name;
+    ``side_effects`` tools ask the confirmer first unless named in ``tools.trusted``."""
+
+    name: str
+    description: str
+    side_effects: bool
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSupport:
+    """Whether the engine offers tools now. ``reason`` is empty when ``available``, else
+    why not and what would enable them; ``tools`` lists the tools known (offered or not)."""
+
+    available: bool
+    reason: str
+    tools: tuple[ToolInfo, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A tool the runner can call: its description, the spec offered to the model, and
+    ``run(arguments) -> result`` for a built-in (None: it runs in the worker process)."""
+
+    info: ToolInfo
+    spec: ToolSpec
+    run: Callable[[Mapping[str, Any]], Any] | None = field(default=None, compare=False)
+
+
+def trusted_names(text: str) -> tuple[str, ...]:
+    """The names of ``tools.trusted`` (comma-separated; blanks ignored)."""
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def check_trusted(text: str, tools: Mapping[str, Tool]) -> frozenset[str]:
+    """The trusted names, each one a known tool; otherwise a ConfigError listing them."""
+    names = trusted_names(text)
+    unknown = [name for name in names if name not in tools]
+    if unknown:
+        known = ", ".join(sorted(tools)) or "none"
+        raise ConfigError(f"tools.trusted names {', '.join(repr(n) for n in unknown)}, which "
+                          f"{'is' if len(unknown) == 1 else 'are'} not a tool; the tools are: {known}")
+    return frozenset(names)

@@ -1,0 +1,187 @@
+"""The tool worker thread (``parley-tools``): runs the calls a desktop unit's reply made.
+
+Per ``ToolCallsMade``: each call is announced (``ToolCallStarted``), confirmed when it has
+side effects and is not trusted, acknowledged aloud once ("One moment."), run — a
+built-in here, a user tool in the worker process with ``tools.timeout_s`` — and ended
+(``ToolCallFinished``); its result (or error) goes into the unit's chat history as the
+call's output, and the next reply is asked for. A failed call adds a spoken apology. A
+barge-in or a new turn while the tools ran leaves the outputs in the history, unanswered:
+the user's new words are answered with them.
+
+Stage threads only queue the event (``submit``); nothing here runs on them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from engine.backends.base import ToolCall
+from engine.pipeline.chat_history import HistoryItem, ItemKind
+from engine.pipeline.events import EventHub, ToolCallFinished, ToolCallsMade, ToolCallStarted
+from engine.pipeline.messages import TextChunk
+from engine.pipeline.metrics import Mark
+from engine.tools.registry import Tool, ToolInfo
+from engine.tools.worker import ToolRaised, ToolTimeout, UserToolWorker, result_text
+
+if TYPE_CHECKING:
+    from engine.pipeline.unit import PipelineUnit
+
+log = logging.getLogger("parley.tools")
+
+ACKNOWLEDGEMENT = "One moment."
+APOLOGY = "Sorry, that did not work."
+APOLOGY_TIMEOUT = "Sorry, that took too long."
+DECLINED = "declined by the user"
+#: Replies in a row that may call tools again; the one after answers without tools.
+MAX_ROUNDS = 4
+
+Confirmer = Callable[[ToolCall, ToolInfo], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSet:
+    """What the runner calls with, replaced whole when the settings change."""
+
+    tools: dict[str, Tool]
+    trusted: frozenset[str]
+    timeout_s: float
+    worker: UserToolWorker | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    unit: PipelineUnit
+    event: ToolCallsMade
+    generation: int  # the unit's generation when the calls were made
+
+
+def speak_fixed(unit: PipelineUnit, text: str, next_turn_id: Callable[[], int]) -> int:
+    """Speak ``text`` on ``unit`` without the LLM, as a turn of its own that speech or an
+    interrupt cuts off like any reply; returns the turn's id. It adds nothing to the chat
+    history or the reply text (an acknowledgement or an apology is not the model's)."""
+    turn = next_turn_id()
+    metrics, n = unit.ctx.metrics, unit.unit
+    metrics.mark(n, turn, Mark.COMMITTED, time.perf_counter())
+    unit.ctx.held.commit(turn)
+    unit.playback.commit(turn)
+    unit.vad.note_reply(turn)
+    unit.tts.put(TextChunk(turn, unit.control.generation, text, True, True))
+    return turn
+
+
+class ToolRunner:
+    """The tool worker thread over the attached units; see the module doc."""
+
+    def __init__(self, events: EventHub, next_turn_id: Callable[[], int],
+                 tools: Callable[[], ToolSet], confirmer: Callable[[], Confirmer | None]) -> None:
+        self._events = events
+        self._next_turn_id = next_turn_id
+        self._tools = tools
+        self._confirmer = confirmer
+        self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._rounds: dict[tuple[int, int], int] = {}  # (unit, turn) -> tool rounds before it
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="parley-tools", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> bool:
+        """End the thread after the call in flight (a user tool's is bounded by its
+        timeout); True when it ended within ``timeout``."""
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return True
+        self._jobs.put(None)
+        thread.join(timeout)
+        return not thread.is_alive()
+
+    def submit(self, unit: PipelineUnit, event: ToolCallsMade) -> None:
+        """Queue a reply's calls (called on a stage thread: returns at once)."""
+        self._jobs.put(_Job(unit, event, unit.control.generation))
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                self._handle(job)
+            except Exception:  # one bad job must not end the thread (logged)
+                log.exception("running the tool calls of turn %s failed", job.event.turn_id)
+
+    def _handle(self, job: _Job) -> None:
+        unit, event, tools = job.unit, job.event, self._tools()
+        acknowledged = failed = False
+        apology = APOLOGY
+        for call in event.calls:
+            self._events.emit(ToolCallStarted(event.unit, event.turn_id, call))
+            start = time.perf_counter()
+            tool = tools.tools.get(call.name)
+            error: str | None = None
+            result = ""
+            if tool is None:
+                error = f"there is no tool {call.name!r}"
+            elif not self._confirmed(call, tool, tools):
+                error = DECLINED
+            else:
+                if not acknowledged and not unit.ctx.stopping.is_set():
+                    speak_fixed(unit, ACKNOWLEDGEMENT, self._next_turn_id)
+                    acknowledged = True
+                try:
+                    result = self._call(tool, call, tools)
+                except ToolTimeout as exc:
+                    error, apology = str(exc), APOLOGY_TIMEOUT
+                except Exception as exc:  # noqa: BLE001 - the tool's failure is the model's to hear of
+                    error = exc.args[0] if isinstance(exc, ToolRaised) and exc.args else \
+                        f"{type(exc).__name__}: {exc}"
+                failed = failed or (error is not None and error != DECLINED)
+            if error is not None:
+                result = json.dumps({"error": error}, ensure_ascii=False)
+            seconds = time.perf_counter() - start
+            unit.chat_history.add(HistoryItem(ItemKind.FUNCTION_OUTPUT, result, event.turn_id,
+                                              call_id=call.call_id))
+            self._events.emit(ToolCallFinished(event.unit, event.turn_id, call, result, error, seconds))
+        if unit.control.generation != job.generation or unit.ctx.stopping.is_set():
+            return  # cut off meanwhile: the outputs wait in the history for the next turn
+        if failed:
+            speak_fixed(unit, apology, self._next_turn_id)
+        rounds = self._rounds.pop((event.unit, event.turn_id), 0) + 1
+        request = unit.ctx.reply
+        if rounds >= MAX_ROUNDS:
+            request = replace(request, tool_choice="none")
+        follow = unit.say("", request)
+        self._rounds[(event.unit, follow)] = rounds
+        if len(self._rounds) > 64:
+            for key in sorted(self._rounds)[:-32]:
+                del self._rounds[key]
+
+    def _confirmed(self, call: ToolCall, tool: Tool, tools: ToolSet) -> bool:
+        if not tool.info.side_effects or tool.info.name in tools.trusted:
+            return True
+        confirm = self._confirmer()
+        if confirm is None:
+            return False
+        try:
+            return bool(confirm(call, tool.info))
+        except Exception:  # a confirmer that fails has not said yes (logged)
+            log.exception("the tool confirmer failed on %s", call.name)
+            return False
+
+    def _call(self, tool: Tool, call: ToolCall, tools: ToolSet) -> str:
+        if tool.run is None:
+            if tools.worker is None:
+                raise ToolRaised(f"the worker process for {call.name} is not running")
+            return tools.worker.call(call.name, call.arguments, tools.timeout_s)
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except ValueError:
+            raise ToolRaised(f"the arguments are not JSON: {call.arguments[:200]!r}") from None
+        if not isinstance(arguments, dict):
+            raise ToolRaised("the arguments must be a JSON object")
+        return result_text(tool.run(arguments))

@@ -1,0 +1,64 @@
+"""An engine for the tools tests: started on a quiet source (the user types) and a file
+sink, every event kept, and waits on the events a tool call brings."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from engine.audio.file_sink import FileSink
+from engine.engine import Engine
+from engine.pipeline.events import Event, TurnFinished
+from tests.support.sources import Quiet
+
+
+class ToolEngine:
+    """``engine`` started on one unit; ``events`` holds every event in order."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.events: list[Event] = []
+        self._changed = threading.Condition()
+        engine.subscribe(self._keep)
+        self.sink = FileSink(None, realtime=False)
+        engine.start([Quiet()], [self.sink])
+        self.unit = engine.units[0]
+
+    def _keep(self, event: Event) -> None:
+        with self._changed:
+            self.events.append(event)
+            self._changed.notify_all()
+
+    def of(self, kind: type) -> list:
+        with self._changed:
+            return [e for e in self.events if isinstance(e, kind)]
+
+    def wait_for(self, found: Callable[[], object], timeout: float = 60.0, what: str = "") -> object:
+        """Wait until ``found()`` is truthy (re-checked on every event and every 0.1 s)."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not (value := found()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    kinds = [type(e).__name__ for e in self.events]
+                    raise AssertionError(f"timed out waiting for {what or found}; events: {kinds}")
+                self._changed.wait(min(left, 0.1))
+            return value
+
+    def ask(self, text: str, timeout: float = 60.0) -> TurnFinished:
+        """A typed turn; waits for the first finished turn after it that has reply text
+        (a turn that only called tools, and a spoken acknowledgement, have none)."""
+        start = len(self.events)
+        self.engine.say(text)
+
+        def answered():
+            return next((e for e in self.events[start:]
+                         if isinstance(e, TurnFinished) and e.record.reply), None)
+
+        return self.wait_for(answered, timeout, f"the reply to {text!r}")  # type: ignore[return-value]
+
+    def close(self) -> None:
+        stuck = self.engine.stop()
+        self.engine.close()
+        assert not stuck, stuck
