@@ -62,14 +62,15 @@ def _load_input(path: str) -> np.ndarray:
     return load_audio(path)
 
 
-def _check_output(output: str | None) -> None:
+def check_output(output: str | None) -> None:
+    """AudioInputError when ``--output``'s folder does not exist (before any model loads)."""
     if output and not Path(output).resolve().parent.is_dir():
         raise AudioInputError(f"--output {output}: folder {Path(output).resolve().parent} does not exist")
 
 
 def run_converse(args: argparse.Namespace, config: EngineConfig) -> int:
     audio = _load_input(args.input)
-    _check_output(args.output)
+    check_output(args.output)
     if args.fast:  # without a real-time clock every turn would barge into the last reply
         config = config.with_overrides({"turns.barge_in": "off"})
     store = None if args.no_history else HistoryStore()  # a broken history fails before loading

@@ -1,5 +1,5 @@
-"""``parley-cli``: converse with a recording, list devices, benchmark, serve realtime clients,
-check this computer (``doctor``).
+"""``parley-cli``: converse with a recording, ask a typed question (``ask``) or chat in text
+(``chat``), list devices, benchmark, serve realtime clients, check this computer (``doctor``).
 
 Every config setting has a flag derived from its field (``stt.device`` is
 ``--stt-device``); ``--config FILE`` loads a TOML file first and flags override it.
@@ -87,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_arguments(serve)
     add_config_flags(serve)
 
+    from engine.cli.ask import add_ask_parser  # light: the engine loads only to answer
+    from engine.cli.chat import add_chat_parser
+
+    add_ask_parser(sub, add_config_flags)
+    add_chat_parser(sub, add_config_flags)
     from engine.cli.history import add_history_parser  # light: sqlite3 only
 
     add_history_parser(sub)
@@ -148,6 +153,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         if args.runs < 1:
             raise ParleyError(f"--runs must be at least 1; got {args.runs}")
         return run_bench(args, config_from_args(args))
+    if args.command == "ask":
+        from engine.cli.ask import run_ask
+
+        return run_ask(args, config_from_args(args))
+    if args.command == "chat":
+        from engine.cli.chat import run_chat
+
+        return run_chat(args, config_from_args(args))
     if args.command == "history":
         from engine.cli.history import run_history
 

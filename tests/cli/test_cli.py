@@ -10,17 +10,6 @@ from tests.support.cli import run_cli
 from tests.support.transcripts import normalize
 
 
-@pytest.fixture(scope="module")
-def stt_model():
-    from engine.backends.base import LoadRequest, no_progress
-    from engine.backends.stt import faster_whisper
-    from engine.config import SttConfig
-    from engine.runtime.devices import CPU
-
-    return faster_whisper.load(LoadRequest(faster_whisper.bundled_model(), CPU, "auto", SttConfig()),
-                               no_progress)
-
-
 @pytest.mark.slow
 def test_converse_jfk_json_transcribes_answers_and_speaks(tmp_path, jfk_path, stt_model):
     reply = tmp_path / "reply.wav"

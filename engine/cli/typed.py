@@ -1,0 +1,181 @@
+"""What ``parley-cli ask`` and ``parley-cli chat`` share: an engine answering typed
+messages on the offline (or configured) stack, with no microphone.
+
+``TypedConversation`` loads the engine, starts one unit on a silent source and the sink
+the command chose (a WAV file, the speaker, or one that keeps nothing), records its turns
+in the history (as typed, ``TurnKind.TYPED``), and answers one message at a time
+(``answer``), streaming the reply's clauses to a callback as they are written.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine.audio.base import AudioBlock, AudioSink, AudioSource
+from engine.config import EngineConfig
+from engine.errors import ParleyError
+from engine.pipeline.events import EngineError, ReplyText, TurnCancelled, TurnFinished
+from engine.pipeline.metrics import TurnRecord
+
+#: The longest one reply may take before the command gives up on it.
+REPLY_TIMEOUT_S = 600.0
+#: How long a failed turn's end (its TurnCancelled) is waited for after its error.
+_AFTER_ERROR_S = 10.0
+
+
+class SilentInput(AudioSource):
+    """No microphone: open and silent until closed, so the unit's source stage idles
+    while every turn is typed."""
+
+    def __init__(self) -> None:
+        self._closed = threading.Event()
+
+    def open(self) -> None:
+        """Nothing to open."""
+
+    def close(self) -> None:
+        self._closed.set()
+
+    def read(self, timeout: float) -> AudioBlock | None:
+        self._closed.wait(timeout)
+        return None
+
+    @property
+    def finished(self) -> bool:
+        return self._closed.is_set()
+
+
+def stdin_text(command: str) -> str:
+    """All of stdin, for ``ask -``; a ParleyError when stdin is closed or cannot be read."""
+    if sys.stdin is None or sys.stdin.closed:
+        raise ParleyError(f"{command} - reads the message from stdin, which is closed; pipe the "
+                          f"message in (echo 'What time is it?' | parley-cli {command} -) or give "
+                          "it as an argument")
+    try:
+        return sys.stdin.read()
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise ParleyError(f"{command} - could not read the message from stdin: {exc}") from None
+
+
+@dataclass
+class Answer:
+    """One typed message's outcome: the turn's record (texts, marks, figures; cancelled
+    when it was cut off or failed) and the stage errors reported on it."""
+
+    turn_id: int
+    record: TurnRecord | None
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def reply(self) -> str:
+        return "" if self.record is None else self.record.reply
+
+
+class TypedConversation:
+    """A loaded engine that answers typed messages, one at a time. Close it (or use it as
+    a context manager) to stop the unit, write the sink's file and store the history."""
+
+    def __init__(self, config: EngineConfig, sink: AudioSink, *, history: str | None) -> None:
+        """``history``: the conversation's source label in the history (None: not stored).
+        Loads the models (with progress on stderr): blocks for seconds."""
+        from engine.cli.converse import prepare_engine
+        from engine.history.recorder import record_history
+        from engine.history.store import HistoryStore
+
+        self.sink = sink
+        self._store = HistoryStore() if history else None  # a broken history fails before loading
+        if self._store is not None and self._store.notice:
+            print(f"parley-cli: note: {self._store.notice}", file=sys.stderr)
+        self._recorder = None
+        try:
+            self.engine = prepare_engine(config)
+            if self._store is not None and history:
+                self._recorder = record_history(self.engine, history, self._store)
+            self.engine.start([SilentInput()], [sink])
+        except BaseException:
+            self.close()
+            raise
+
+    def answer(self, text: str, *, speak: bool,
+               on_text: Callable[[str], None] | None = None) -> Answer:
+        """Type ``text`` (``Engine.say``) and wait for its reply to end; ``on_text`` gets
+        each clause as it is written, on this thread. Ctrl-C cuts the reply off (as
+        Interrupt does) and is raised again once the turn ended."""
+        events: queue.SimpleQueue = queue.SimpleQueue()
+        unsubscribe = self.engine.subscribe(events.put)
+        try:
+            turn = self.engine.say(text, speak=speak)
+            return self._wait(turn, events, on_text)
+        finally:
+            unsubscribe()
+
+    def _wait(self, turn: int, events: queue.SimpleQueue,
+              on_text: Callable[[str], None] | None) -> Answer:
+        answer = Answer(turn, None)
+        deadline = time.monotonic() + REPLY_TIMEOUT_S
+        interrupted = False
+        while True:
+            try:
+                event = events.get(timeout=0.1)
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    raise ParleyError(f"no reply to the message within {REPLY_TIMEOUT_S:.0f} s"
+                                     + (f" ({'; '.join(answer.errors)})" if answer.errors else "")
+                                     ) from None
+                continue
+            except KeyboardInterrupt:
+                self.engine.interrupt()
+                interrupted = True
+                continue
+            if getattr(event, "unit", 0) != 0 and not isinstance(event, EngineError):
+                continue
+            if isinstance(event, ReplyText) and event.turn_id == turn:
+                if on_text is not None:
+                    on_text(event.text)
+            elif isinstance(event, EngineError) and event.turn_id in (turn, None):
+                answer.errors.append(f"{event.stage}: {event.message}")
+                deadline = min(deadline, time.monotonic() + _AFTER_ERROR_S)
+            elif isinstance(event, TurnFinished) and event.record.turn_id == turn:
+                answer.record = event.record
+                break
+            elif isinstance(event, TurnCancelled) and event.turn_id == turn:
+                answer.record = self.engine.metrics.turn(0, turn)
+                break
+        if interrupted:
+            raise KeyboardInterrupt
+        return answer
+
+    def new_conversation(self) -> None:
+        """Start over: the engine forgets the conversation, the history opens a new one."""
+        self.engine.new_conversation()
+        if self._recorder is not None:
+            self._recorder.new_conversation()
+
+    def wait_heard(self, timeout: float) -> None:
+        """Let the replies still playing on the speaker finish (a file sink has none)."""
+        for unit in self.engine.units:
+            unit.playback.wait_idle(timeout)
+
+    def close(self) -> None:
+        """Stop the unit (the sink writes its file), store the history, release the models."""
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.close()
+        if self._recorder is not None:
+            for problem in self._recorder.close():
+                print(f"parley-cli: warning: {problem}", file=sys.stderr)
+            self._recorder = None
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def __enter__(self) -> TypedConversation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
