@@ -46,6 +46,7 @@ def install(window):
         what = "microphone" if kind == "input" else "speaker"
         panel.show_message(f"Kept the {what} {device!r}: {message}", "error")
 
+    _follow_tool_support(window, panel)
     c.apply_started.connect(lambda _diff: panel.set_busy(True, "Applying…"))
     c.load_started.connect(lambda _config: panel.set_busy(True, "Loading…"))
     c.engine_changed.connect(lambda _engine: done("Settings applied; models are loaded."))
@@ -54,6 +55,19 @@ def install(window):
     c.audio_switched.connect(switched)
     c.audio_switch_failed.connect(kept)
     return panel
+
+
+def _follow_tool_support(window, panel) -> None:
+    """The Tools group shows what the loaded engine says of its tools, read on the
+    controller's lane (after the load or Apply that changed them), never on the GUI thread."""
+    c = window.controller
+
+    def read(_what=None) -> None:
+        c.run_with_engine("reading the tools", lambda engine: engine.tool_support(),
+                          panel.set_tool_support, lambda failure: panel.show_message(str(failure), "error"))
+
+    c.engine_changed.connect(read)
+    c.applied.connect(read)
 
 
 def _sentence(text: str) -> str:

@@ -1,6 +1,7 @@
 """The settings panel: per-stage backend, model and device; the global device; microphone
-and speaker; progressive transcription; every other EngineConfig field under Advanced, but
-``units``: several pipeline units run only in realtime mode, set on the Server tab.
+and speaker; progressive transcription; the tools (``app.settings.tools_group``); every
+other EngineConfig field under Advanced, but ``units``: several pipeline units run only in
+realtime mode, set on the Server tab.
 
 Device dropdowns list exactly what discovery reports; a device that is not present, or
 that the chosen backend cannot use, is disabled with a tooltip saying why. A stage whose
@@ -29,6 +30,7 @@ from app.settings.fields import editor_value, set_editor_value
 from app.settings.groups import (AUTO, MAIN_FIELDS, advanced_group, audio_group, button_row, compute_group,
                                  conversation_group, on_edit)
 from app.settings.remote import PROBE_KEYS, REMOTE_STAGES, RemoteProbe
+from app.settings.tools_group import TOOLS_KEYS, ToolsGroup
 from engine.backends import BackendRegistry
 from engine.config import STAGES, EngineConfig
 from engine.config_diff import ConfigDiff, diff_configs
@@ -78,8 +80,9 @@ class SettingsPanel(QWidget):
         self.input_device, self.output_device, self._rescan = (
             audio.input_device, audio.output_device, audio.rescan)
         self.live, self.barge_in, self.ptt_key = talk.live, talk.barge_in, talk.ptt_key
-        advanced, fields = advanced_group(MAIN_FIELDS | _NOT_SHOWN)
-        self.fields: dict[str, QWidget] = {**talk.fields, **fields}
+        self.tools = ToolsGroup(self)
+        advanced, fields = advanced_group(MAIN_FIELDS | _NOT_SHOWN | TOOLS_KEYS)
+        self.fields: dict[str, QWidget] = {**talk.fields, **self.tools.fields, **fields}
         buttons = button_row()
         self.pending, self.message = buttons.pending, buttons.message
         self.defaults_button, self.revert_button, self.apply_button = (
@@ -94,7 +97,11 @@ class SettingsPanel(QWidget):
             left.addWidget(box)
         left.addStretch(1)
         columns.addLayout(left, 11)
-        columns.addWidget(advanced, 9)
+        right = QVBoxLayout()
+        right.setSpacing(12)
+        right.addWidget(self.tools.box)
+        right.addWidget(advanced, 1)
+        columns.addLayout(right, 9)
         outer.addLayout(columns, 1)
         outer.addLayout(buttons.layout)
 
@@ -108,6 +115,7 @@ class SettingsPanel(QWidget):
         self.defaults_button.clicked.connect(lambda: self._fill(EngineConfig()))
         self.revert_button.clicked.connect(lambda: self.set_config(self.config))
         self.apply_button.clicked.connect(self.apply)
+        self.tools.edited.connect(self._update_pending)
         for editor in self._editors():
             on_edit(editor, self._update_pending)
         for stage in REMOTE_STAGES:
@@ -195,6 +203,12 @@ class SettingsPanel(QWidget):
         combo = self.input_device if kind == "input" else self.output_device
         self.audio_device_chosen.emit(kind, combo.currentData())
 
+    # ------------------------------------------------------------------ tools
+    def set_tool_support(self, support) -> None:
+        """What the loaded engine says of its tools (``Engine.tool_support()``, read off
+        the GUI thread; None: no engine): the Tools group follows it."""
+        self.tools.set_support(support, self.config.tools)
+
     # ------------------------------------------------------------------ config
     def set_config(self, config: EngineConfig) -> None:
         """Make ``config`` the applied one and show it."""
@@ -235,6 +249,7 @@ class SettingsPanel(QWidget):
         set_editor_value(self.barge_in, config.turns.barge_in)
         for dotted, editor in self.fields.items():
             set_editor_value(editor, config.flat()[dotted])
+        self.tools.set_trusted(config.tools.trusted)
         if self.inputs or self.outputs:
             self.set_audio_devices(self.inputs, self.outputs)
         else:
@@ -255,6 +270,7 @@ class SettingsPanel(QWidget):
                 out[f"{stage}.model"] = self.model[stage].currentText().strip() or AUTO
         for dotted, editor in self.fields.items():
             out[dotted] = editor_value(editor)
+        out["tools.trusted"] = self.tools.trusted()
         return out
 
     def config_from_widgets(self) -> EngineConfig:
