@@ -175,8 +175,9 @@ class ToolsGroup(QObject):
     def trusted(self) -> str:
         """``tools.trusted`` as the boxes say: a cleared box's tool is trusted; names
         without a box (a tool not offered now) are kept as the config had them."""
-        names = [n for n in self._trusted if n not in self.asks]
-        names += [n for n, box in self.asks.items() if not box.isChecked()]
+        # In the config's order, newly trusted ones after: an unchanged list is no edit.
+        names = [n for n in self._trusted if n not in self.asks or not self.asks[n].isChecked()]
+        names += [n for n, box in self.asks.items() if not box.isChecked() and n not in names]
         return ",".join(names)
 
     # ------------------------------------------------------------------ the user module
