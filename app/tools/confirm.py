@@ -5,8 +5,8 @@ may block until the user answers. ``ToolConfirmer`` is that function: it hands t
 question to the GUI thread (a queued signal), where a ``ConfirmDialog`` opens without a
 nested event loop (``QDialog.open``), and waits on a ``concurrent.futures.Future`` that
 the dialog's answer resolves. Only the tool worker waits; the GUI thread never does.
-Closing the window declines every question still open (``close``), so the engine's
-worker is free to end.
+Stopping the engine or closing the window declines every question still open
+(``decline_all``, ``close``), so the engine's tool worker is free to end.
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ class ConfirmDialog(QDialog):
         super().__init__(parent)
         self.setObjectName("toolConfirmDialog")
         self.setWindowTitle("Run a tool?")
-        self.setWindowModality(Qt.WindowModality.WindowModal)
+        # Not modal: while it asks, Stop, Interrupt and the rest of the window still work.
+        self.setWindowModality(Qt.WindowModality.NonModal)
         self.call, self.info = call, info
         layout = QVBoxLayout(self)
         head = QLabel(f"The assistant wants to run <b>{html.escape(call.name)}</b> "
@@ -152,15 +153,21 @@ class ToolConfirmer(QObject):
         if dialog is not None:
             dialog.deleteLater()
 
-    def close(self) -> None:
-        """The window closes: every question still open is declined, and none is asked again."""
+    def decline_all(self) -> None:
+        """Decline every question open now and close its dialog (GUI thread): the engine
+        stops, and its tool worker must not wait for an answer nobody will use."""
         with self._lock:
-            self._closed = True
             waiting = list(self._waiting)
         for answer in waiting:
             _resolve(answer, False)
         for dialog in list(self._open.values()):
             dialog.reject()
+
+    def close(self) -> None:
+        """The window closes: every question still open is declined, and none is asked again."""
+        with self._lock:
+            self._closed = True
+        self.decline_all()
 
 
 def _resolve(answer: Future, value: bool) -> None:

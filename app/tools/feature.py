@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 from app.core.background import SerialLane
+from app.core.controller_state import ControllerState
 from app.tools.confirm import ToolConfirmer
 from app.tools.timers import Notifier, TimerPoller, TimersPanel
 
@@ -33,16 +34,24 @@ class ToolsFeature:
         self.notifier = Notifier(window.banner, window)
         self._shown = None  # the reading the panel shows
         c.engine_changed.connect(self._new_engine)
+        # A stop joins the engine's tool worker: a question it waits on is answered first.
+        c.state_changed.connect(self._state_changed)
         window.bridge.timer_due.connect(self._due)
         self.timers.cancel_requested.connect(self.cancel)
         window.on_tick(self._tick)
         window.on_close(self._close)
 
     def _new_engine(self, engine) -> None:
+        # The engine replaced is stopped next (its questions with it).
+        self.confirmer.decline_all()
         # Set on the GUI thread as the engine is adopted: it is not started yet (a start is
         # a later command), so no tool call can come before its confirmer is there.
         engine.set_tool_confirmer(self.confirmer)
         self.poller.watch(engine)
+
+    def _state_changed(self, state: ControllerState) -> None:
+        if state == ControllerState.STOPPING:
+            self.confirmer.decline_all()
 
     def _tick(self, _snap) -> None:
         reading = self.poller.latest()
