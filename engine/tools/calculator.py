@@ -43,7 +43,7 @@ def calculate(expression: str) -> int | float:
     text = expression.strip().replace("^", "**").replace("×", "*").replace("÷", "/")
     try:
         tree = ast.parse(text, mode="eval")
-    except SyntaxError:
+    except (SyntaxError, RecursionError, MemoryError):
         raise CalculatorError(f"{expression!r} is not an arithmetic expression") from None
     try:
         value = _eval(tree.body, 0)

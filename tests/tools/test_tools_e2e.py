@@ -33,3 +33,154 @@ def test_the_clock_tools_result_reaches_the_reply(make_engine, chat):
     assert chat.requests[-1]["messages"][-1]["role"] == "tool"
     assert any(t["function"]["name"] == "get_time" for t in chat.requests[-1]["tools"])
     assert run.of(TurnFinished)
+
+
+def test_a_2_s_timer_fires_with_a_chime_and_a_longer_one_outlives_a_restart(make_engine, registry):
+    from engine.engine import Engine
+    from engine.pipeline.events import TimerDue
+    from engine.runtime.hub import HubStatus
+    from engine.tools.host import CHIME_TURN
+
+    run = make_engine(**{"tools.trusted": "set_timer, set_reminder"})
+    run.ask("Set a timer for my tea.")  # the recorded call: 2 s, label "tea"
+    run.ask("Set a reminder for the dentist.")  # the recorded call: 2 hours
+    kinds = {t.kind: t for t in run.engine.timers()}
+    assert set(kinds) <= {"timer", "reminder"} and "reminder" in kinds
+    due = run.wait_for(lambda: run.of(TimerDue), 10, "the timer to fire")
+    assert [(d.label, d.unit) for d in due] == [("tea", 0)]  # type: ignore[union-attr]
+    run.wait_for(lambda: any(p.turn_id == CHIME_TURN and p.samples_played
+                             for p in run.sink.history()), 5, "the chime")
+    assert [t.kind for t in run.engine.timers()] == ["reminder"]
+    reminder = kinds["reminder"]
+    assert reminder.label == "call the dentist"
+    run.close()
+    # A new engine (the app restarted) lists it from the timers file.
+    again = Engine(run.engine.config, registry=registry, hub=HubStatus(offline=True))
+    assert again.timers() == (reminder,)
+    assert again.cancel_timer(reminder.timer_id) and not again.cancel_timer(reminder.timer_id)
+    assert Engine(run.engine.config, registry=registry, hub=HubStatus(offline=True)).timers() == ()
+
+
+def test_the_history_search_tool_finds_an_earlier_turn(make_engine):
+    from engine.history.recorder import record_history
+
+    run = make_engine()
+    recorder = record_history(run.engine, "desktop")
+    try:
+        run.ask("Tell me about the castle in Edinburgh.")
+        assert recorder.flush()
+        finished = run.ask("Search the history for it.")  # the recorded call: query "Edinburgh"
+    finally:
+        recorder.close()
+    call = run.of(ToolCallFinished)[-1]
+    assert call.call.name == "search_history" and call.error is None
+    turns = json.loads(call.result)["turns"]
+    assert "Tell me about the castle in Edinburgh." in [t["user"] for t in turns]
+    assert "castle in Edinburgh" in finished.record.reply
+
+
+USER_MODULE = '''
+"""Tools of a user's own (a test module)."""
+import time
+
+TOOLS = [
+    {"name": "tell_fortune", "description": "Tell a fortune for a star sign.",
+     "parameters": {"type": "object", "properties": {"sign": {"type": "string"}}}},
+    {"type": "function", "function": {"name": "explode_now", "description": "Always fails."}},
+    {"name": "wait_forever", "description": "Never returns."},
+]
+
+
+def tell_fortune(sign):
+    return {"fortune": f"a fine week ahead for {sign}"}
+
+
+def explode_now():
+    raise RuntimeError("the fuse was lit")
+
+
+def wait_forever():
+    time.sleep(3600)
+'''
+
+
+@pytest.fixture
+def user_module(tmp_path):
+    path = tmp_path / "my_tools.py"
+    path.write_text(USER_MODULE, "utf-8")
+    return path
+
+
+def _spoken_turns(run, after: int, before: int) -> list[int]:
+    """The turns with audio played on the sink strictly between two turn ids."""
+    return [p.turn_id for p in run.sink.history() if after < p.turn_id < before and p.samples_played]
+
+
+def test_a_user_modules_tool_is_loaded_and_called(make_engine, user_module):
+    run = make_engine(**{"tools.user_module": str(user_module)})
+    infos = {t.name: t for t in run.engine.tool_support().tools}
+    assert infos["tell_fortune"].source == "my_tools.py" and not infos["tell_fortune"].side_effects
+    assert infos["get_time"].source == "built-in"
+    finished = run.ask("Please tell my fortune.")
+    call = run.of(ToolCallFinished)[-1]
+    assert (call.call.name, call.error) == ("tell_fortune", None)
+    assert json.loads(call.result) == {"fortune": "a fine week ahead for leo"}
+    assert "a fine week ahead for leo" in finished.record.reply
+    assert _spoken_turns(run, call.turn_id, finished.record.turn_id), "no acknowledgement was heard"
+
+
+@pytest.mark.parametrize("question, name, error", [
+    ("Explode it.", "explode_now", "RuntimeError: the fuse was lit"),
+    ("Wait for it.", "wait_forever", "wait_forever took more than 1 s and was stopped"),
+])
+def test_a_raising_or_hanging_tool_ends_its_call_and_the_next_turn_is_answered(
+        make_engine, user_module, chat, question, name, error):
+    run = make_engine(**{"tools.user_module": str(user_module), "tools.timeout_s": 1.0})
+    finished = run.ask(question)
+    call = run.of(ToolCallFinished)[-1]
+    assert call.call.name == name and call.error == error
+    assert json.loads(call.result) == {"error": error}
+    assert error in finished.record.reply  # the model was given the error
+    # The acknowledgement and the apology were both spoken before the model's reply.
+    assert len(_spoken_turns(run, call.turn_id, finished.record.turn_id)) == 2
+    assert run.ask("Hello there.").record.reply == chat.reply
+    # The worker was restarted after a timeout: the module's tools still work.
+    run.ask("Please tell my fortune.")
+    assert run.of(ToolCallFinished)[-1].error is None
+
+
+def test_the_confirmer_blocks_a_side_effecting_tool_until_it_answers(make_engine):
+    import threading
+
+    run = make_engine()
+    asked: list[tuple[str, bool]] = []
+    answer = threading.Event()
+
+    def confirm(call, info):
+        asked.append((call.name, info.side_effects))
+        assert threading.current_thread().name == "parley-tools"
+        answer.wait(30)
+        return True
+
+    run.engine.set_tool_confirmer(confirm)
+    run.engine.say("Set a timer for my tea.")
+    run.wait_for(lambda: asked, 30, "the confirmer to be asked")
+    started = run.of(ToolCallStarted)
+    assert [s.call.name for s in started] == ["set_timer"]
+    assert run.of(ToolCallFinished) == [] and run.engine.timers() == ()
+    answer.set()
+    call = run.wait_for(lambda: run.of(ToolCallFinished), 30, "the call to end")[0]  # type: ignore[index]
+    assert call.error is None and [t.label for t in run.engine.timers()] == ["tea"]
+    assert asked == [("set_timer", True)]
+    run.wait_for(lambda: any("tea" in e.record.reply for e in run.of(TurnFinished)), 30,
+                 "the reply after the timer was set")
+    # Declined: the call ends with the error, the model is told, nothing is set.
+    run.engine.set_tool_confirmer(lambda call, info: False)
+    finished = run.ask("Set a reminder for the dentist.")
+    call = run.of(ToolCallFinished)[-1]
+    assert call.error == "declined by the user" and "declined by the user" in finished.record.reply
+    assert all(t.kind == "timer" for t in run.engine.timers())  # the 2 s one may have fired
+    # No confirmer: declined too.
+    run.engine.set_tool_confirmer(None)
+    run.ask("Set a reminder for the dentist.")
+    assert run.of(ToolCallFinished)[-1].error == "declined by the user"
