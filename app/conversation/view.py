@@ -1,5 +1,8 @@
 """The conversation: the user's words as recognised (a live partial line that firms up into
-the final transcript) and Parley's reply streaming in, one pair of bubbles per turn.
+the final transcript) or as typed (marked so), and Parley's reply streaming in, one pair
+of bubbles per turn; between them a row per tool call the reply made, and after the last
+turn the prompt keeps only as a summary, a marker that shows that summary on a click
+(``app.conversation.tool_rows``).
 When the reply has not started ``thinking_delay_ms`` after the final transcript, a
 "Thinking…" bubble stands in for it until the reply starts or the turn ends, and
 ``thinking_started`` is emitted (``app.conversation.thinking_sound`` may then play a soft tone).
@@ -12,92 +15,17 @@ made elsewhere (``engine.stages.speech_text``) and never shown here.
 from __future__ import annotations
 
 import html
-import re
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor, QTextDocument
+from PySide6.QtGui import QTextDocument
 from PySide6.QtWidgets import (QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QVBoxLayout, QWidget)
 
+from app.conversation.markdown import join_markdown, label_html, render_markdown
+from app.conversation.tool_rows import SummaryMarker, ToolCallRow
 from app.core import theme
+from engine.pipeline.metrics import TurnKind
 
 _KEEP_TURNS = 200
-
-# Raw HTML in a reply is shown as text ("use a <div>"), not interpreted.
-_MARKDOWN = (QTextDocument.MarkdownFeature.MarkdownDialectGitHub
-             | QTextDocument.MarkdownFeature.MarkdownNoHTML)
-# The line kinds that decide how two pieces of a reply are joined (see _join_markdown).
-_LIST_LINE = re.compile(r"[ \t]*(?:[-*+]|\d{1,9}[.)])[ \t]")
-_QUOTE_LINE = re.compile(r"[ \t]*>")
-_TABLE_LINE = re.compile(r"[ \t]*\|")
-_HEADING_LINE = re.compile(r"[ \t]*#{1,6}(?:[ \t]|$)")
-_FENCE_LINE = re.compile(r"[ \t]*(?:`{3}|~{3})")
-_CODE = re.compile(r"^[ \t]*(`{3,}|~{3,})[^\n]*\n.*?(?:^[ \t]*\1[`~]*[ \t]*$|\Z)|(`+).*?\2",
-                   re.MULTILINE | re.DOTALL)
-# A "*" between two word characters is "2*3", not emphasis: CommonMark would pair the
-# ones in "2*3 and 4*5" into italics and drop them from view.
-_INTRAWORD_STAR = re.compile(r"(?<=\w)\*(?=\w)")
-_BODY_STYLE = re.compile(r"<body[^>]*>")
-
-
-def _line_kind(line: str) -> str | None:
-    for kind, pattern in (("list", _LIST_LINE), ("quote", _QUOTE_LINE), ("table", _TABLE_LINE),
-                          ("heading", _HEADING_LINE), ("fence", _FENCE_LINE)):
-        if pattern.match(line):
-            return kind
-    return None
-
-
-def _join_markdown(source: str, piece: str) -> str:
-    """``source`` with the reply piece ``piece`` added, keeping the Markdown's blocks.
-
-    The pieces come trimmed from the chunker, which cuts at sentence ends and line breaks
-    alike; a single space would run a list into one paragraph. A piece that opens a block
-    (list item, quote, table row, heading, code fence) starts a new line, a new paragraph
-    when the block kind changes; anything after a heading or a code block starts a new
-    paragraph; other pieces continue the line (a paragraph right after a list therefore
-    renders as part of the last item: the pieces do not tell the two apart).
-    """
-    if not source:
-        return piece
-    before = _line_kind(source.rsplit("\n", 1)[-1])
-    after = _line_kind(piece.split("\n", 1)[0])
-    if before in ("heading", "fence"):
-        sep = "\n\n"
-    elif after is None:
-        sep = " "
-    elif after == before and after != "heading":
-        sep = "\n"
-    else:
-        sep = "\n\n"
-    return f"{source}{sep}{piece}"
-
-
-def _protect_stars(markdown: str) -> str:
-    """Escape the "*" of "2*3" outside code, where a backslash would show."""
-    out, last = [], 0
-    for code in _CODE.finditer(markdown):
-        out.append(_INTRAWORD_STAR.sub(r"\\*", markdown[last:code.start()]))
-        out.append(code.group(0))
-        last = code.end()
-    out.append(_INTRAWORD_STAR.sub(r"\\*", markdown[last:]))
-    return "".join(out)
-
-
-def render_markdown(document: QTextDocument, markdown: str, suffix: str = "") -> None:
-    """Fill ``document`` with the reply ``markdown`` rendered, then ``suffix`` in muted text."""
-    document.setMarkdown(_protect_stars(markdown), _MARKDOWN)
-    if suffix:
-        cursor = QTextCursor(document)
-        cursor.movePosition(QTextCursor.MoveOperation.End)
-        muted = QTextCharFormat()
-        muted.setForeground(QColor(theme.current().muted))
-        cursor.insertText(suffix, muted)
-
-
-def _label_html(document: QTextDocument) -> str:
-    # The body's font would override the bubble's stylesheet font: drop it, keep the rest.
-    return _BODY_STYLE.sub("<body>", document.toHtml(), count=1)
-
 
 def _bubble(object_name: str) -> QLabel:
     label = QLabel()
@@ -122,6 +50,9 @@ class TurnItem(QWidget):
         self.reply_markdown = ""  # the same pieces joined to keep their Markdown blocks
         self.reply_document = QTextDocument(self)  # what the reply bubble shows
         self.cancelled = ""
+        self.typed = False  # the user typed the words (the message box) instead of saying them
+        self.spoken_reply = True  # False: a typed turn answered in text only
+        self.tool_rows: dict[str, ToolCallRow] = {}  # by call id, in call order
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 4, 0, 4)
         layout.setSpacing(2)
@@ -136,6 +67,10 @@ class TurnItem(QWidget):
                                                   | Qt.TextInteractionFlag.LinksAccessibleByMouse)
         layout.addWidget(self.user_caption)
         layout.addLayout(self._row(self.user_bubble, right=True))
+        self._tools = QVBoxLayout()
+        self._tools.setContentsMargins(0, 2, 0, 2)
+        self._tools.setSpacing(2)
+        layout.addLayout(self._tools)
         layout.addWidget(self.reply_caption)
         layout.addLayout(self._row(self.reply_bubble, right=False))
         self.thinking_bubble = QLabel("Thinking…")
@@ -198,13 +133,26 @@ class TurnItem(QWidget):
         self.transcript = text
         self._render_user()
 
+    def set_typed(self, text: str, spoken_reply: bool) -> None:
+        """The user typed ``text``; ``spoken_reply`` False: the reply comes in text only."""
+        self.typed, self.spoken_reply = True, spoken_reply
+        self.set_final(text)
+
+    def add_tool_call(self, call) -> ToolCallRow:
+        """A row for the tool call ``call`` (a ToolCall), shown running until it finishes."""
+        row = self.tool_rows.get(call.call_id)
+        if row is None:
+            row = self.tool_rows[call.call_id] = ToolCallRow(call)
+            self._tools.addWidget(row)
+        return row
+
     def add_reply(self, text: str) -> None:
         """A piece of the reply (a clause, a sentence, a list item) as the LLM wrote it."""
         self.set_thinking(False)
         piece = text.strip()
         self.reply = f"{self.reply} {piece}".strip()
         if piece:
-            self.reply_markdown = _join_markdown(self.reply_markdown, piece)
+            self.reply_markdown = join_markdown(self.reply_markdown, piece)
         self._render_reply()
 
     def reopen(self) -> None:
@@ -230,7 +178,8 @@ class TurnItem(QWidget):
         """Show the turn's voice-to-voice latency under the reply."""
         self.set_thinking(False)
         if voice_to_voice is not None:
-            self.reply_caption.setText(f"Parley  ·  replied {voice_to_voice * 1000:.0f} ms after you stopped")
+            after = "you sent it" if self.typed else "you stopped"
+            self.reply_caption.setText(f"Parley  ·  replied {voice_to_voice * 1000:.0f} ms after {after}")
         if not self.reply and not self.cancelled:
             self.reply_caption.hide()
             self.reply_bubble.hide()
@@ -240,7 +189,7 @@ class TurnItem(QWidget):
         if self.transcript is not None:
             text = html.escape(self.transcript) if self.transcript else \
                 f"<i style='color:{muted}'>(no words recognised)</i>"
-            self.user_caption.setText("You")
+            self.user_caption.setText(self._typed_caption() if self.typed else "You")
         elif self.stable or self.unstable:
             text = html.escape(self.stable)
             if self.unstable:
@@ -251,9 +200,14 @@ class TurnItem(QWidget):
             self.user_caption.setText("You")
         self.user_bubble.setText(text)
 
+    def _typed_caption(self) -> str:
+        return "You  ·  typed" + ("" if self.spoken_reply else "  ·  reply in text only")
+
     def restyle(self) -> None:
         """Render again with the current palette (inline colours of the muted parts)."""
         self._render_user()
+        for row in self.tool_rows.values():
+            row.render()
         if self.reply or self.cancelled:
             self._render_reply()
 
@@ -272,7 +226,7 @@ class TurnItem(QWidget):
         # a list the previous piece opened.
         render_markdown(self.reply_document, self.reply_markdown,
                         " — interrupted" if self.cancelled else "")
-        self.reply_bubble.setText(_label_html(self.reply_document))
+        self.reply_bubble.setText(label_html(self.reply_document))
 
 
 class ConversationView(QScrollArea):
@@ -305,6 +259,8 @@ class ConversationView(QScrollArea):
         self.setWidget(body)
         self._items: list[TurnItem] = []  # every turn shown, oldest first
         self._current: dict[int, TurnItem] = {}  # turn ids of the current engine
+        #: Where the turns the prompt carries as a summary end (None: nothing summarised).
+        self.summary_marker: SummaryMarker | None = None
         self.verticalScrollBar().rangeChanged.connect(self._follow)
         self._at_end = True
         self.verticalScrollBar().valueChanged.connect(self._remember_position)
@@ -337,6 +293,38 @@ class ConversationView(QScrollArea):
         """A clause of the reply."""
         self._item(turn_id).add_reply(text)
 
+    def on_typed(self, unit: int, turn_id: int, text: str, spoken_reply: bool) -> None:
+        """The user typed ``text`` (the message box), sent as ``turn_id``: its reply is now awaited."""
+        item = self._item(turn_id)
+        for other in self._current.values():
+            if other is not item:
+                other.set_thinking(False)  # a new turn: earlier ones are past waiting
+        item.set_typed(text, spoken_reply)
+        if not item.reply and not item.cancelled:
+            item.think_timer.start(self.thinking_delay_ms)
+
+    def on_tool_started(self, unit: int, turn_id: int, call) -> None:
+        """The reply of ``turn_id`` runs the tool call ``call``."""
+        self._item(turn_id).add_tool_call(call)
+
+    def on_tool_finished(self, unit: int, turn_id: int, call, result: str, error, seconds: float) -> None:
+        """The tool call ``call`` ended (``error`` None: it worked)."""
+        self._item(turn_id).add_tool_call(call).finish(result, error, seconds)
+
+    def on_summarized(self, unit: int, summary: str, through_turn: int) -> None:
+        """The prompt now carries ``summary`` for every turn up to ``through_turn``: the
+        marker moves after that turn (the top, if it is no longer shown)."""
+        marker = self.summary_marker
+        if marker is None:
+            marker = self.summary_marker = SummaryMarker()
+        else:
+            self._layout.removeWidget(marker)
+        marker.set_summary(summary, through_turn)
+        after = self._current.get(through_turn)
+        at = self._layout.indexOf(after) + 1 if after is not None else 1  # 0 is the empty hint
+        self._layout.insertWidget(at, marker)
+        marker.show()
+
     def on_cancelled(self, unit: int, turn_id: int, reason: str) -> None:
         """A reopened turn drops its reply; a barge-in marks it interrupted."""
         item = self._current.get(turn_id)
@@ -350,6 +338,8 @@ class ConversationView(QScrollArea):
     def on_finished(self, record) -> None:
         """A TurnRecord: the turn's texts are final; show its latency."""
         item = self._item(record.turn_id)
+        if record.kind is TurnKind.TYPED and not item.typed:
+            item.set_typed(record.transcript, item.spoken_reply)
         if item.transcript is None:
             item.set_final(record.transcript)
         if record.reply and not item.reply:
@@ -363,6 +353,9 @@ class ConversationView(QScrollArea):
             item.deleteLater()
         self._items.clear()
         self._current.clear()
+        if self.summary_marker is not None:
+            self.summary_marker.deleteLater()
+            self.summary_marker = None
         self._empty.show()
 
     def new_engine(self) -> None:
@@ -380,6 +373,10 @@ class ConversationView(QScrollArea):
         """``(turn_id, what the user said, the reply)`` as shown, oldest first."""
         return [(i.turn_id, i.transcript if i.transcript is not None else f"{i.stable} {i.unstable}".strip(),
                  i.reply) for i in self._items]
+
+    def tool_calls(self) -> list[str]:
+        """Every tool call shown, as text (``ToolCallRow.summary``), oldest first."""
+        return [row.summary() for item in self._items for row in item.tool_rows.values()]
 
     def plain_text(self) -> str:
         """The conversation as text, for copying and tests."""

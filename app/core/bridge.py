@@ -12,8 +12,9 @@ from collections.abc import Callable
 from PySide6.QtCore import QObject, Signal
 
 from app.core.background import emit_safely
-from engine.pipeline.events import (EngineError, Event, FinalTranscript, PartialTranscript, ReplyText,
-                                    TimerDue, TurnCancelled, TurnFinished, UserSpeaking)
+from engine.pipeline.events import (EngineError, Event, FinalTranscript, HistorySummarized, PartialTranscript,
+                                    ReplyText, TimerDue, ToolCallFinished, ToolCallStarted, TurnCancelled,
+                                    TurnFinished, UserSpeaking)
 
 
 class EventBridge(QObject):
@@ -26,6 +27,10 @@ class EventBridge(QObject):
     turn_cancelled = Signal(int, int, str)  # unit, turn_id, reason
     turn_finished = Signal(object)  # TurnRecord
     engine_error = Signal(str, str)  # stage, message
+    tool_started = Signal(int, int, object)  # unit, turn_id, ToolCall
+    # unit, turn_id, call, result, error (None: it worked), seconds
+    tool_finished = Signal(int, int, object, str, object, float)
+    history_summarized = Signal(int, str, int)  # unit, summary, through_turn
     timer_due = Signal(str, str, float)  # timer_id, label, due_at (time.time() seconds)
 
     def __init__(self, parent: QObject | None = None) -> None:
@@ -72,6 +77,13 @@ class EventBridge(QObject):
             return self.turn_finished, event.record
         if isinstance(event, EngineError):
             return self.engine_error, event.stage, event.message
+        if isinstance(event, ToolCallStarted):
+            return self.tool_started, event.unit, event.turn_id, event.call
+        if isinstance(event, ToolCallFinished):
+            return (self.tool_finished, event.unit, event.turn_id, event.call, event.result, event.error,
+                    event.seconds)
+        if isinstance(event, HistorySummarized):
+            return self.history_summarized, event.unit, event.summary, event.through_turn
         if isinstance(event, TimerDue):
             return self.timer_due, event.timer_id, event.label, event.due_at
         # LoadProgress is not re-emitted: the controller reports loading itself, through
