@@ -1,4 +1,5 @@
-"""The "Stop talking" button: shown in the header exactly while Parley's reply is heard.
+"""The "Stop talking" button: shown in the header exactly while Parley's reply is heard;
+and ``reply_in_progress``, what the header's Interrupt follows.
 
 Whether a reply plays is read from the snapshot the window's 10 Hz timer already has (no
 call into the engine): a turn whose first reply sample was heard, not cut off, and either
@@ -27,6 +28,19 @@ def playing_turn(snap) -> tuple[int, int] | None:
         if not record.finished or (audio is not None and snap.t < heard + audio + TAIL_S):
             return record.unit, record.turn_id
     return None
+
+
+def reply_in_progress(snap) -> bool:
+    """True while a reply of the EngineSnapshot ``snap`` is being thought (its turn was
+    committed, or the LLM started on it early, and it has not ended) or heard."""
+    if snap is None:
+        return False
+    for record in reversed(snap.turns):
+        if record.finished or record.cancelled or Mark.BARGE_IN in record.marks:
+            continue
+        if Mark.COMMITTED in record.marks or Mark.LLM_START in record.marks:
+            return True
+    return reply_playing(snap)
 
 
 def reply_playing(snap) -> bool:

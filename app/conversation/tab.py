@@ -1,13 +1,15 @@
-"""The Conversation tab and what goes with it in the window: the turns as they happen,
-a place beside them (the live meters), File > Clear conversation, the header's Stop
+"""The Conversation tab and what goes with it in the window: the turns as they happen
+(with the tool calls and the summary marker), the message box under them, a place beside
+them (the live meters), File > Clear conversation, the header's Stop
 talking button and push-to-talk controls, and the thinking chime (View menu)."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QSplitter, QWidget
+from PySide6.QtWidgets import QSplitter, QVBoxLayout, QWidget
 
+from app.conversation.composer import Composer
 from app.conversation.stop_talking import StopTalkingButton
 from app.conversation.talk_key import TalkKey
 from app.conversation.thinking_sound import ThinkingSound
@@ -21,9 +23,16 @@ class ConversationTab:
     def __init__(self, window, player) -> None:
         controller, bridge = window.controller, window.bridge
         self.view = view = ConversationView()
+        self.composer = Composer(window.settings)
+        left = QWidget()
+        column = QVBoxLayout(left)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        column.addWidget(view, 1)
+        column.addWidget(self.composer)
         self.split = QSplitter(Qt.Orientation.Horizontal)
         self.split.setObjectName("conversationSplit")
-        self.split.addWidget(view)
+        self.split.addWidget(left)
         self.split.setChildrenCollapsible(False)
         self.page = window.add_tab("Conversation", self.split)
         bridge.user_speaking.connect(view.on_user_speaking)
@@ -32,6 +41,16 @@ class ConversationTab:
         bridge.reply_text.connect(view.on_reply)
         bridge.turn_cancelled.connect(view.on_cancelled)
         bridge.turn_finished.connect(view.on_finished)
+        bridge.tool_started.connect(view.on_tool_started)
+        bridge.tool_finished.connect(view.on_tool_finished)
+        bridge.history_summarized.connect(view.on_summarized)
+        # Typed messages go through the controller's serial lane; the reply comes as events.
+        self.composer.send.connect(lambda text, spoken: controller.say(text, speak=spoken))
+        controller.typed_sent.connect(view.on_typed)
+        controller.say_failed.connect(self._say_failed)
+        self._banner = window.banner
+        controller.state_changed.connect(lambda _s: self.composer.set_why_not(controller.say_why_not()))
+        window.on_tick(lambda _snap: self.composer.set_why_not(controller.say_why_not()))
         # Shown only while a reply is heard: the way to silence Parley, always in reach.
         self.stop_talking = StopTalkingButton(lambda: controller.interrupt())
         window.add_header_widget(self.stop_talking)
@@ -55,6 +74,10 @@ class ConversationTab:
         self.split.setStretchFactor(0, 3)
         self.split.setStretchFactor(1, 1)
         self.split.setSizes([840, 380])
+
+    def _say_failed(self, text: str, why: str) -> None:
+        self.composer.restore(text)
+        self._banner.show_message(f"The message was not sent: {why}")
 
     def _close(self) -> list[str]:
         # A chime playing is cut off; its thread is named if it did not end.

@@ -58,6 +58,7 @@ class JobKind(enum.StrEnum):
     SWITCH_INPUT = "switching the input device"
     SWITCH_OUTPUT = "switching the output device"
     NEW_CONVERSATION = "starting a new conversation"
+    SAY = "sending a typed message"
     VOICES = "listing the voices"
     PREVIEW = "previewing the voice"
     PLAY = "playing a sound"

@@ -2,7 +2,7 @@
 ``commit`` on the GUI thread.
 
 Each operation (discover, build, swap engines, apply in place, start, stop, new
-conversation, switch a sound device) is one small class. Its ``work`` only builds and
+conversation, a typed message, switch a sound device) is one small class. Its ``work`` only builds and
 returns (an Engine, the sources it started, the threads that did not stop); its one
 ``commit`` method, on the GUI thread, writes what that changes in the controller's state
 and ends the transition (``STARTING``, ``STOPPING``) the controller showed meanwhile.
@@ -315,6 +315,28 @@ class NewConversation(ControllerCommand):
             c.error.emit("New conversation: the history is cleared, but the LLM was "
                          "still busy; its KV cache empties before its next reply")
         c.conversation_reset.emit()
+
+
+class Say(ControllerCommand):
+    """A typed message (``Engine.say``), answered like a spoken turn; spoken unless
+    ``speak`` is False. ``typed_sent`` carries its turn id, or ``say_failed`` why not."""
+
+    what = JobKind.SAY
+
+    def __init__(self, controller: EngineController, text: str, speak: bool) -> None:
+        super().__init__(controller)
+        self.engine, self.text, self.speak = controller.engine, text, speak
+
+    def work(self, task: Task) -> int:
+        # The LLM's inbox may be full for a moment: the wait is here, never on the GUI thread.
+        return self.engine.say(self.text, speak=self.speak)
+
+    def commit(self, outcome: Outcome) -> None:
+        c = self.controller
+        if outcome.failure is not None:
+            c.say_failed.emit(self.text, outcome.failure.message)
+            return
+        c.typed_sent.emit(0, outcome.value, self.text, self.speak)
 
 
 class SwitchAudio(ControllerCommand):

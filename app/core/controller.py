@@ -26,8 +26,8 @@ from PySide6.QtCore import QObject, Signal
 from app.core.audio_devices import INPUT_KEYS, audio_changes, mic_pair, with_audio_of
 from app.core.background import Failure, Job, JobKind, SerialLane
 from app.core.bridge import EventBridge
-from app.core.commands import (ApplyInPlace, Build, ControllerCommand, Discover, NewConversation, Start, Stop,
-                               SwitchAudio)
+from app.core.commands import (ApplyInPlace, Build, ControllerCommand, Discover, NewConversation, Say, Start,
+                               Stop, SwitchAudio)
 from app.core.controller_state import TRANSITIONS, ControllerMode, ControllerState
 from app.core.push_to_talk import PushToTalkSource
 from app.core.snapshots import SnapshotPoller
@@ -57,6 +57,8 @@ class EngineController(QObject):
     audio_switched = Signal(str, str)  # kind ("input"/"output"), device
     audio_switch_failed = Signal(str, str, str)  # kind, the device kept, message
     conversation_reset = Signal()  # New conversation: history and KV cache are empty
+    typed_sent = Signal(int, int, str, bool)  # unit, turn_id, the typed text, spoken
+    say_failed = Signal(str, str)  # the typed text, why it was not sent
 
     def __init__(self, config: EngineConfig, bridge: EventBridge, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -211,6 +213,28 @@ class EngineController(QObject):
             self.conversation_reset.emit()
             return
         self.run(NewConversation(self))
+
+    def say_why_not(self) -> str | None:
+        """Why a typed message cannot be sent now (None: it can): the conversation must run."""
+        if self.engine is None:
+            return "No models are loaded yet: wait for loading to finish"
+        if self.state in TRANSITIONS or self.building:
+            return f"Parley is {self.state.label.lower().rstrip('…')}: wait a moment"
+        if self.mode is ControllerMode.IDLE:
+            return "Press Listen (Ctrl+L) to start the conversation, then type here"
+        return None
+
+    def say(self, text: str, speak: bool = True) -> None:
+        """Send a typed message to the running conversation, in the background; it is
+        answered like a spoken turn (spoken unless ``speak`` is False). ``typed_sent``
+        follows with its turn id, or ``say_failed`` with why it was not sent."""
+        why_not = self.say_why_not()
+        if why_not is None and not text.strip():
+            why_not = "The message is empty: type something to send"
+        if why_not is not None:
+            self.say_failed.emit(text, why_not)
+            return
+        self.run(Say(self, text.strip(), speak))
 
     def run_with_engine(self, what: str, work: Callable[[Any], Any], done: Callable[[Any], None],
                         failed: Callable[[Failure], None]) -> None:

@@ -1,5 +1,6 @@
 """Widgets more than one feature shows: the bar and level meters (the header's microphone
-level, the device check's) and the read-only tables of the Server and Benchmark tabs."""
+level, the device check's), the read-only tables of the Server and Benchmark tabs, and
+``set_available`` (a control enabled when it can act, its tooltip saying why not)."""
 
 from __future__ import annotations
 
@@ -157,3 +158,15 @@ def confirm(parent: QWidget, title: str, text: str) -> bool:
                                   QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
                                   QMessageBox.StandardButton.Cancel)
     return answer == QMessageBox.StandardButton.Yes
+
+
+def set_available(widget: QWidget, why_not: str | None, tip: str) -> None:
+    """Enable ``widget`` when ``why_not`` is None (its tooltip then says what it does,
+    ``tip``), else disable it with ``why_not`` as its tooltip: a control that cannot act
+    says why. Only a change is written (called at 10 Hz)."""
+    enabled = why_not is None
+    if widget.isEnabled() != enabled:
+        widget.setEnabled(enabled)
+    text = tip if enabled else why_not
+    if widget.toolTip() != text:
+        widget.setToolTip(text)
