@@ -6,49 +6,22 @@ otherwise they go to a temporary folder (the drawing is still exercised)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QApplication, QWidget
+from PySide6.QtWidgets import QApplication
 
-from app.core import theme
 from app.window.main_window import MainWindow
 from engine.audio.file_sink import FileSink
 from engine.audio.file_source import FileSource
 from engine.config import EngineConfig
 from engine.history.store import HistoryStore
 from tests.support.history import finished_turn
+from tests.support.screenshots import SIZE, screenshot_folder, shoot_light_and_dark
 
-ROOT = Path(__file__).resolve().parents[2]
 OFFLINE = {"stt.backend": "faster-whisper", "llm.backend": "transformers", "tts.backend": "piper",
            "turns.barge_in": "off"}
-SIZE = (1280, 800)
-
-
-def _folder(tmp_path: Path) -> Path:
-    chosen = os.environ.get("PARLEY_SCREENSHOTS_DIR")
-    folder = ROOT / chosen if chosen else tmp_path / "screenshots"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
-def _shoot(qtbot, widget: QWidget, folder: Path, name: str) -> list[Path]:
-    """``name``-light.png and ``name``-dark.png of ``widget`` at 1280x800."""
-    paths = []
-    widget.resize(*SIZE)
-    for scheme in ("light", "dark"):
-        theme.apply_palette(theme.palette_for(scheme))
-        qtbot.wait(250)  # re-polished, and the 10 Hz panels drew once
-        image = widget.grab()
-        assert (image.width(), image.height()) == SIZE
-        path = folder / f"{name}-{scheme}.png"
-        assert image.save(str(path))
-        # The two themes really differ where the page is painted (not one blank image).
-        paths.append(path)
-    theme.apply_palette(theme.palette_for("light"))
-    return paths
 
 
 def _history(path: Path) -> Path:
@@ -68,7 +41,7 @@ def test_the_new_panels_light_and_dark(qtbot, gui_settings, tmp_path, one_two_th
     from app.onboarding.model_manager import ModelManagerDialog
     from app.onboarding.device_check import SetupCheckDialog
 
-    folder = _folder(tmp_path)
+    folder = screenshot_folder(tmp_path)
     window = MainWindow(EngineConfig().with_overrides(OFFLINE), gui_settings, autoload=True)
     qtbot.addWidget(window)
     window.resize(*SIZE)
@@ -80,7 +53,7 @@ def test_the_new_panels_light_and_dark(qtbot, gui_settings, tmp_path, one_two_th
     # The Assistant tab: the loaded voice's voices, speed, the prompt presets.
     window.tabs.setCurrentWidget(window.pages["Assistant"])
     qtbot.waitUntil(lambda: window.assistant_panel.voice_combo.count() > 0, timeout=30_000)
-    shots += _shoot(qtbot, window, folder, "assistant")
+    shots += shoot_light_and_dark(qtbot, window, folder, "assistant")
 
     # The first-run check, after a real test of each device.
     dialog = SetupCheckDialog(window.controller, gui_settings, window,
@@ -93,7 +66,7 @@ def test_the_new_panels_light_and_dark(qtbot, gui_settings, tmp_path, one_two_th
     qtbot.mouseClick(dialog.speaker_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: dialog.speaker_result is not None, timeout=60_000)
     assert dialog.mic_result.ok and dialog.speaker_result.ok
-    shots += _shoot(qtbot, dialog, folder, "setup_check")
+    shots += shoot_light_and_dark(qtbot, dialog, folder, "setup_check")
     dialog.done(0)
 
     # The history browser, searching.
@@ -105,7 +78,7 @@ def test_the_new_panels_light_and_dark(qtbot, gui_settings, tmp_path, one_two_th
     history.wait_search()
     qtbot.waitUntil(lambda: history.results.count() > 0, timeout=10_000)
     history.open_hit(history.results.item(0))  # its conversation, the turn highlighted
-    shots += _shoot(qtbot, history, folder, "history_browser")
+    shots += shoot_light_and_dark(qtbot, history, folder, "history_browser")
     history.done(0)
 
     # The model manager: the bundled models the engine runs on, and what uses them.
@@ -113,7 +86,7 @@ def test_the_new_panels_light_and_dark(qtbot, gui_settings, tmp_path, one_two_th
     qtbot.addWidget(manager)
     manager.show()
     qtbot.waitUntil(lambda: manager.table.rowCount() > 0, timeout=60_000)
-    shots += _shoot(qtbot, manager, folder, "model_manager")
+    shots += shoot_light_and_dark(qtbot, manager, folder, "model_manager")
     manager.done(0)
 
     assert len(shots) == 8 and all(p.stat().st_size > 10_000 for p in shots)

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import difflib
-import time
 
 import numpy as np
 import pytest
 
-from engine.audio.base import AudioSource
 from engine.audio.decode import load_audio
 from engine.audio.file_sink import FileSink
 from engine.audio.file_source import FileSource
@@ -19,6 +17,7 @@ from engine.runtime.hub import HubStatus
 from engine.pipeline.metrics import Figure
 from engine.runtime.model_registry import ModelRegistry
 from tests.support.events import EventRecorder
+from tests.support.sources import SpeakWhenReplyPlays
 from tests.support.transcripts import normalize
 
 pytestmark = pytest.mark.slow
@@ -27,52 +26,6 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def registry():
     return ModelRegistry()
-
-
-class SpeakWhenReplyPlays(AudioSource):
-    """A paced source: ``first``, then silence until the sink has played ``after_s`` of a
-    reply, then ``then`` — so the interruption surely lands during playback."""
-
-    sample_rate = 16000
-
-    def __init__(self, first: np.ndarray, then: np.ndarray, sink: FileSink, after_s: float = 0.4):
-        self._first = FileSource(first, realtime=True, trailing_silence_s=0.0)
-        self._then = FileSource(then, realtime=True, trailing_silence_s=2.0)
-        self._sink, self._after_s = sink, after_s
-        self._phase = "first"
-        self._t_next = 0.0
-
-    def open(self):
-        self._first.open()
-
-    def close(self):
-        self._first.close()
-        self._then.close()
-
-    def read(self, timeout):
-        if self._phase == "first":
-            block = self._first.read(timeout)
-            if self._first.finished:
-                self._phase, self._t_next = "wait", time.perf_counter()
-            return block
-        if self._phase == "wait":
-            if self._sink.seconds_played >= self._after_s and self._sink.is_playing:
-                self._phase = "then"
-                self._then.open()
-                return None
-            self._t_next += 0.032  # silence at the microphone's pace
-            time.sleep(max(0.0, self._t_next - time.perf_counter()))
-            from engine.audio.base import AudioBlock
-
-            return AudioBlock(np.zeros(512, np.float32), self._t_next - 0.032)
-        return self._then.read(timeout)
-
-    @property
-    def finished(self):
-        return self._phase == "then" and self._then.finished
-
-    overflow_count = 0
-    level = 0.0
 
 
 def run_live(registry, audio, overrides, timeout=180, source_for=None):
