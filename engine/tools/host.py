@@ -95,7 +95,8 @@ class ToolHost:
         elif not config.enabled:
             support = ToolSupport(False, "tools are off (tools.enabled is false)", _infos(tools))
         elif no_llm is not None:
-            support = ToolSupport(False, f"{no_llm}; {ENABLE_HINT}", _infos(tools))
+            hint = "" if "models that can" in no_llm else f"; {ENABLE_HINT}"
+            support = ToolSupport(False, f"tools are off: {no_llm}{hint}", _infos(tools))
         else:
             support = ToolSupport(True, "", _infos(tools))
         with self._lock:

@@ -291,7 +291,8 @@ def test_transformers_reads_the_template_format_and_the_reason(hermes_lm, tiny_l
     smollm2 = TransformersLlm(tiny_lm.model, tiny_lm.tokenizer, smollm2_conversion.folder)
     reason = smollm2.tool_support()
     assert reason == ("the chat template of SmolLM2-135M-Instruct offers no tools; models that can: "
-                      "Qwen3 or Llama 3.x instruct models, or a remote LLM that supports tools")
+                      "Qwen2.5-Instruct, Qwen3 or Llama 3.x instruct models, or a remote "
+                      "OpenAI-compatible LLM that supports tools (llm.backend openai)")
     with pytest.raises(ModelError, match="offers no tools"):
         list(smollm2.new_session().generate(QUESTION, GenerationOptions(tools=(WEATHER,)), lambda: False))
     # Without tools it answers as always.

@@ -184,3 +184,19 @@ def test_the_confirmer_blocks_a_side_effecting_tool_until_it_answers(make_engine
     run.engine.set_tool_confirmer(None)
     run.ask("Set a reminder for the dentist.")
     assert run.of(ToolCallFinished)[-1].error == "declined by the user"
+
+
+def test_an_interrupt_while_a_tool_runs_leaves_its_output_for_the_next_turn(make_engine, user_module, chat):
+    run = make_engine(**{"tools.user_module": str(user_module), "tools.timeout_s": 2.0})
+    run.engine.say("Wait for it.")
+    run.wait_for(lambda: run.of(ToolCallStarted), 30, "the call to start")
+    run.engine.interrupt()  # Esc while the tool runs: the acknowledgement is cut off
+    call = run.wait_for(lambda: run.of(ToolCallFinished), 30, "the call to end")[0]  # type: ignore[index]
+    assert call.error == "wait_forever took more than 2 s and was stopped"
+    asked = len(chat.requests)
+    finished = run.ask("Hello there.")
+    assert finished.record.reply == chat.reply
+    assert len(chat.requests) == asked + 1  # the tool's output was not answered on its own
+    messages = chat.requests[-1]["messages"]
+    assert [m["role"] for m in messages[-3:]] == ["assistant", "tool", "user"]
+    assert json.loads(messages[-2]["content"]) == {"error": call.error}

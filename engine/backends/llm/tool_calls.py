@@ -103,8 +103,9 @@ def tool_format(chat_template: object) -> ToolFormat | None:
 
 def no_tools_reason(model_name: str) -> str:
     """Why a local model whose template has no known tool format cannot call tools."""
-    return (f"the chat template of {model_name} offers no tools; models that can: Qwen3 or "
-            "Llama 3.x instruct models, or a remote LLM that supports tools")
+    return (f"the chat template of {model_name} offers no tools; models that can: "
+            "Qwen2.5-Instruct, Qwen3 or Llama 3.x instruct models, or a remote OpenAI-compatible "
+            "LLM that supports tools (llm.backend openai)")
 
 
 # ---------------------------------------------------------------------- one reply's tools
