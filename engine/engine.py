@@ -338,8 +338,13 @@ class Engine:
                 raise ParleyError(f"the engine cannot start a unit while {self.state.value}; "
                                   "load it first")
             config = self._unit_config(max(self.config.units, len(self.units) + 1))
+            # No history summary on a realtime client's unit: the client manages its own
+            # context with item operations (create, delete, truncate) and expects the prompt
+            # to be the items it sees, so a summary it never made would change replies
+            # behind its back; and the pool's spare LLM time belongs to other clients' turns.
             pipeline = PipelineUnit(unit, config, self.models, source, sink, self.metrics,
-                                    self.events, self._turn_ids.__next__, self.turn_model)
+                                    self.events, self._turn_ids.__next__, self.turn_model,
+                                    summarize_history=False)
             pipeline.start()
             self.units = [*self.units, pipeline]
             self.state = EngineState.RUNNING

@@ -15,12 +15,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from engine.audio.base import AudioBlock, AudioSink, AudioSource
 from engine.config import EngineConfig
 from engine.errors import ParleyError
 from engine.pipeline.events import EngineError, ReplyText, TurnCancelled, TurnFinished
 from engine.pipeline.metrics import TurnRecord
+
+if TYPE_CHECKING:
+    from engine.runtime.model_registry import ModelRegistry
 
 #: The longest one reply may take before the command gives up on it.
 REPLY_TIMEOUT_S = 600.0
@@ -80,9 +84,11 @@ class TypedConversation:
     """A loaded engine that answers typed messages, one at a time. Close it (or use it as
     a context manager) to stop the unit, write the sink's file and store the history."""
 
-    def __init__(self, config: EngineConfig, sink: AudioSink, *, history: str | None) -> None:
-        """``history``: the conversation's source label in the history (None: not stored).
-        Loads the models (with progress on stderr): blocks for seconds."""
+    def __init__(self, config: EngineConfig, sink: AudioSink, *, history: str | None,
+                 registry: ModelRegistry | None = None) -> None:
+        """``history``: the conversation's source label in the history (None: not stored);
+        ``registry``: models to share (a test's). Loads the models (with progress on
+        stderr): blocks for seconds."""
         from engine.cli.converse import prepare_engine
         from engine.history.recorder import record_history
         from engine.history.store import HistoryStore
@@ -93,7 +99,7 @@ class TypedConversation:
             print(f"parley-cli: note: {self._store.notice}", file=sys.stderr)
         self._recorder = None
         try:
-            self.engine = prepare_engine(config)
+            self.engine = prepare_engine(config, registry)
             if self._store is not None and history:
                 self._recorder = record_history(self.engine, history, self._store)
             self.engine.start([SilentInput()], [sink])

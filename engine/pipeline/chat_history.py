@@ -8,6 +8,12 @@ is built from the items (``messages_for``) in the OpenAI chat format.
 
 Items of a turn are found by the turn and their kind (``turn_id``, ``ItemKind``, and a
 call's ``call_id``); items a client added carry the client's ``item_id``.
+
+The turns the prompt no longer keeps (more than ``llm.history_turns``) may be folded into
+a summary, one turn at a time (``pending_summary``, then ``set_summary``: the LLM stage
+writes it between turns); the prompt carries it as a system message after the system
+prompt. It grows incrementally, the previous summary plus each turn dropped since, and a
+new conversation (``clear``) forgets it.
 """
 
 from __future__ import annotations
@@ -45,6 +51,26 @@ class HistoryItem:
 
 
 @dataclass(frozen=True, slots=True)
+class SummaryWork:
+    """What a summary must take in next: the summary so far and the items of the oldest
+    turn that fell out of the prompt since. ``through`` counts the user turns (since the history
+    began) the summary covers once this is folded in; ``through_turn`` is the last one's
+    turn id (-1: a client's item); ``epoch`` tells whether the history was cleared since."""
+
+    previous: str
+    items: tuple[HistoryItem, ...]
+    through: int
+    through_turn: int
+    epoch: int
+
+
+#: How the prompt introduces the summary of the turns it no longer keeps. Worded for
+#: SmolLM2-135M: introduced as "earlier in this conversation" or as notes, it read them
+#: back as its reply; as facts, it answered from them ("What is my dog's name?").
+SUMMARY_PREFIX = "Facts from earlier in this conversation: "
+
+
+@dataclass(frozen=True, slots=True)
 class Exchange:
     """A user message and the assistant's words after it (a view of the items)."""
 
@@ -73,17 +99,64 @@ class ChatHistory:
         self._lock = threading.Lock()
         self._items: list[HistoryItem] = []
         self._heard = heard
+        self._summary = ""
+        self._covered = 0  # user turns, counted since the history began, the summary covers
+        self._trimmed_users = 0  # user turns trimmed off the front (KEEP)
+        self._epoch = 0  # bumped by clear(): a summary of the old conversation is void
 
     # ------------------------------------------------------------------ the prompt
     def messages_for(self, user_text: str | None, system_prompt: str,
-                     history_turns: int) -> list[ChatMessage]:
-        """Chat messages for a reply: the system prompt, the last ``history_turns`` user
+                     history_turns: int, summary: bool = True) -> list[ChatMessage]:
+        """Chat messages for a reply: the system prompt, the summary of the turns it no
+        longer keeps (when ``summary`` and there is one), the last ``history_turns`` user
         turns with what followed them, then ``user_text`` (None: the items as they stand,
         e.g. after a tool's output or for a greeting)."""
         with self._lock:
             items = self._last_turns(history_turns)
-        return [{"role": "system", "content": system_prompt}, *chat_messages(items),
+            carried = self._summary if summary and self._dropped(history_turns) > 0 else ""
+        return [{"role": "system", "content": system_prompt},
+                *([{"role": "system", "content": SUMMARY_PREFIX + carried}] if carried else []),
+                *chat_messages(items),
                 *([{"role": "user", "content": user_text}] if user_text is not None else [])]
+
+    def _user_starts(self) -> list[int]:
+        return [i for i, item in enumerate(self._items) if item.kind is ItemKind.USER]
+
+    def _dropped(self, history_turns: int) -> int:
+        """User turns in the items that the prompt no longer keeps."""
+        return max(0, len(self._user_starts()) - history_turns) if history_turns > 0 else 0
+
+    # ------------------------------------------------------------------ the summary
+    @property
+    def summary(self) -> str:
+        """The summary of the turns the prompt no longer keeps ("" none yet)."""
+        with self._lock:
+            return self._summary
+
+    def pending_summary(self, history_turns: int) -> SummaryWork | None:
+        """The oldest turn that fell out of a ``history_turns`` prompt and the summary
+        does not cover yet (its user item and what followed it; the first also takes any
+        items before it), or None: nothing new dropped (``history_turns`` 0 keeps no
+        history, so there is nothing to summarise either)."""
+        with self._lock:
+            dropped = self._dropped(history_turns)
+            first = max(0, self._covered - self._trimmed_users)  # in the items' user turns
+            if dropped <= 0 or first >= dropped:
+                return None
+            starts = self._user_starts()
+            items = tuple(self._items[starts[first] if first else 0:starts[first + 1]])
+            turn = self._items[starts[first]].turn_id
+            return SummaryWork(self._summary, items, self._trimmed_users + first + 1,
+                               -1 if turn is None else turn, self._epoch)
+
+    def set_summary(self, work: SummaryWork, summary: str) -> bool:
+        """Fold ``work`` in: ``summary`` covers it and everything before. False (nothing
+        changed) when the history was cleared since, or a newer summary is in."""
+        with self._lock:
+            if work.epoch != self._epoch or work.through <= self._covered:
+                return False
+            self._summary, self._covered = summary, work.through
+            return True
 
     def _last_turns(self, turns: int) -> list[HistoryItem]:
         if turns <= 0:
@@ -117,7 +190,9 @@ class ChatHistory:
             self._trim()
 
     def _trim(self) -> None:
-        del self._items[: max(0, len(self._items) - self.KEEP)]
+        cut = max(0, len(self._items) - self.KEEP)
+        self._trimmed_users += sum(item.kind is ItemKind.USER for item in self._items[:cut])
+        del self._items[:cut]
 
     def delete(self, *, item_id: str | None = None, turn_id: int | None = None,
                kind: ItemKind | None = None, call_id: str | None = None) -> bool:
@@ -154,9 +229,11 @@ class ChatHistory:
         self.append_turn(turn_id, None if has_user else user, heard)
 
     def clear(self) -> None:
-        """Forget every item (a new conversation)."""
+        """Forget every item and the summary (a new conversation)."""
         with self._lock:
             self._items.clear()
+            self._summary, self._covered, self._trimmed_users = "", 0, 0
+            self._epoch += 1
 
     def on_cancel(self, turn_id: int, reason: CancelReason) -> None:
         """A reopened turn vanishes (its new revision will be added); of a barged-in reply

@@ -40,6 +40,10 @@ class Mark(enum.StrEnum):
     REPLY_DONE = "reply_done"  # last reply chunk handed to the sink
     LLM_STOPPED = "llm_stopped"  # generation was cut off (barge-in, reopened turn)
     BARGE_IN = "barge_in"  # the user's new speech cut this reply off
+    # The LLM stage summarised the turns the prompt no longer keeps, after this turn's
+    # reply (engine.stages.summary): when that call started and ended (done or cancelled).
+    SUMMARY_START = "summary_start"
+    SUMMARY_END = "summary_end"
 
 
 class TurnKind(enum.StrEnum):

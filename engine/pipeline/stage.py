@@ -272,6 +272,11 @@ class Stage(_StageThread[ModelT]):
     def on_end(self) -> None:
         """Called once when EndOfStream reaches this stage (before it is passed on)."""
 
+    def idle(self) -> None:
+        """Called in the stage thread each time its inbox stayed empty for a poll (every
+        ``_POLL_S``): work that waits for a pause and yields to the next message (the LLM
+        stage's history summary). Must be cheap when there is nothing to do."""
+
     def put(self, msg: Message) -> bool:
         """Enqueue ``msg``, waiting while the queue is full; False if the unit stops first."""
         self._put_at[id(msg)] = time.perf_counter()  # before the put: it may be taken at once
@@ -293,6 +298,7 @@ class Stage(_StageThread[ModelT]):
             try:
                 msg = self.inbox.get(timeout=_POLL_S)
             except queue.Empty:
+                self.idle()
                 continue
             put_at = self._put_at.pop(id(msg), None)
             self.queue_wait_s = 0.0 if put_at is None else max(0.0, self._free_since - put_at)

@@ -35,8 +35,11 @@ class PipelineUnit:
 
     def __init__(self, unit: int, config: EngineConfig, models: StageModels,
                  source: AudioSource, sink: AudioSink, metrics: Metrics, events: EventHub,
-                 next_turn_id: Callable[[], int], turn_model=None) -> None:
-        """``turn_model``: the shared end-of-turn audio model (``SmartTurn``), or None."""
+                 next_turn_id: Callable[[], int], turn_model=None,
+                 summarize_history: bool = True) -> None:
+        """``turn_model``: the shared end-of-turn audio model (``SmartTurn``), or None.
+        ``summarize_history`` False: this unit never summarises the turns its prompt no
+        longer keeps, whatever ``llm.summarize_history`` says (a realtime client's unit)."""
         self.unit = unit
         self._next_turn_id = next_turn_id
         self._typed_turn = 0  # the latest turn started by ``say``
@@ -56,7 +59,8 @@ class PipelineUnit:
         self.vad = VadStage(self.ctx, model_of(models, "vad"), source, self.playback, partials,
                             next_turn_id, echo=self.echo)
         self.stt = SttStage(self.ctx, model_of(models, "stt"), partials)
-        self.llm = LlmStage(self.ctx, model_of(models, "llm"), self.chat_history)
+        self.llm = LlmStage(self.ctx, model_of(models, "llm"), self.chat_history,
+                            summarize=summarize_history)
         self.tts = TtsStage(self.ctx, model_of(models, "tts"))
         self.sink_stage = SinkStage(self.ctx, self.playback)
         self.vad.connect(self.stt).connect(self.llm).connect(self.tts).connect(self.sink_stage)

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Iterator
 
 from engine.backends.base import ChatMessage, GenerationOptions, LlmModel, LlmSession
+from engine.errors import describe_failure
 from engine.stages.chunker import ClauseChunker
 from engine.config import EndOfTurn
-from engine.pipeline.chat_history import ChatHistory
-from engine.pipeline.events import ReplyText, ToolCallsMade
+from engine.pipeline.chat_history import ChatHistory, SummaryWork
+from engine.pipeline.events import EngineError, HistorySummarized, ReplyText, ToolCallsMade
 from engine.pipeline.messages import Message, ReplyRequest, TextChunk, Transcript
 from engine.pipeline.metrics import Figure, Mark
 from engine.pipeline.stage import Stage, StageContext
+from engine.stages.summary import NOTE_TOKENS, clean_note, grow_summary, note_messages
+
+log = logging.getLogger("parley.llm")
 
 
 class LlmStage(Stage[LlmModel]):
@@ -23,19 +28,30 @@ class LlmStage(Stage[LlmModel]):
     A new model (``use_model``) gets a new session: the next turn prefills the whole
     history on it, so the conversation goes on. ``reset_session`` empties the session's
     KV cache (a new conversation), likewise in the stage thread between two messages.
+
+    Between turns (``idle``: the inbox empty, the last reply played), the turns the
+    prompt no longer keeps are summarised in a session of their own (``llm.summarize_history``;
+    ``summarize`` False turns it off for this unit); a new message cancels the summary at
+    its next token, and it is redone at the next pause.
     """
 
-    def __init__(self, ctx: StageContext, model: LlmModel, chat_history: ChatHistory) -> None:
+    def __init__(self, ctx: StageContext, model: LlmModel, chat_history: ChatHistory,
+                 summarize: bool = True) -> None:
         super().__init__("llm", ctx, model, maxsize=8)
         self.session = model.new_session()
         self._scorer: LlmSession | None = None  # the end-of-turn text signal's own session
+        self._summarizer: LlmSession | None = None  # the history summary's own session
         self.chat_history = chat_history
         self._reset_lock = threading.Lock()
         self._pending_reset: threading.Event | None = None
+        self._summarize = summarize
+        self._last_turn = 0  # the turn answered last: the summary waits for its reply's end
+        self._summary_failed = -1  # the turn after which a summary failed: retried after the next
 
     def on_model(self) -> None:
         self.session = self.model.new_session()
         self._scorer = None
+        self._summarizer = None
 
     def reset_session(self) -> threading.Event:
         """Ask for an empty KV cache; the event is set once the session was reset.
@@ -59,6 +75,9 @@ class LlmStage(Stage[LlmModel]):
             done, self._pending_reset = self._pending_reset, None
         if done is not None:
             self.session.reset()
+            if self._summarizer is not None:
+                self._summarizer.reset()
+            self._summary_failed = -1
             done.set()
 
     def process(self, msg: Message) -> Iterator[Message]:
@@ -71,6 +90,7 @@ class LlmStage(Stage[LlmModel]):
             return
         unit, metrics, control = self.ctx.unit, self.ctx.metrics, self.ctx.control
         turn, gen = msg.turn_id, msg.generation
+        self._last_turn = turn
         config = self.ctx.config.llm  # one settings snapshot for the whole reply
         if (self.ctx.config.turns.end_of_turn is EndOfTurn.LEARNED and msg.text
                 and not self.ctx.held.committed(turn) and self.model.end_of_turn_signal()):
@@ -154,11 +174,68 @@ class LlmStage(Stage[LlmModel]):
             self._scorer = self.model.new_session()
         self.ctx.turn_end.post_text(turn, gen, self._scorer.sentence_end_probability(text))
 
+    # ------------------------------------------------------------------ the history summary
+    def idle(self) -> None:
+        """Between turns: fold the turns the prompt no longer keeps into the summary, once
+        the last turn's reply ended (played, cut off or failed), never during one."""
+        config = self.ctx.config.llm
+        if not (self._summarize and config.summarize_history) or self._pending_reset is not None:
+            return
+        if self._summary_failed == self._last_turn or (
+                self._last_turn and not self._reply_over(self._last_turn)):
+            return
+        work = self.chat_history.pending_summary(config.history_turns)
+        if work is not None:
+            self._write_summary(work, config)
+
+    def _reply_over(self, turn: int) -> bool:
+        record = self.ctx.metrics.turn(self.ctx.unit, turn)
+        return record is None or record.finished or record.cancelled
+
+    def _write_summary(self, work: SummaryWork, config) -> None:
+        """One summarising call; its start and end are marks of the turn after which it
+        ran. A new message, a new conversation or shutdown stops it at its next token (it
+        is redone at the next pause); a failure is reported and retried after the next
+        turn; a turn the model writes no note about is left out of the summary."""
+        unit, metrics, turn = self.ctx.unit, self.ctx.metrics, self._last_turn
+        if self._summarizer is None:
+            self._summarizer = self.model.new_session()
+        options = GenerationOptions(NOTE_TOKENS, 0.0, config.repetition_penalty,
+                                    config.no_repeat_ngram_size)
+
+        def should_stop() -> bool:
+            return (not self.inbox.empty() or self.ctx.stopping.is_set()
+                    or self._pending_reset is not None)
+
+        if turn:
+            metrics.mark(unit, turn, Mark.SUMMARY_START, time.perf_counter(), overwrite=True)
+        pieces: list[str] = []
+        try:
+            for step in self._summarizer.generate(note_messages(work.items), options, should_stop):
+                pieces.append(step.text)
+        except Exception as exc:  # the conversation goes on without it (logged, reported)
+            self._summary_failed = turn
+            log.warning("the history summary failed", exc_info=exc)
+            self.ctx.events.emit(EngineError(unit, self.name, "summarising the turns the prompt "
+                                             "no longer keeps failed: "
+                                             f"{describe_failure(exc, self.model.actual_device)}"))
+            return
+        finally:
+            if turn:
+                metrics.mark(unit, turn, Mark.SUMMARY_END, time.perf_counter(), overwrite=True)
+        if should_stop():
+            return
+        note = clean_note("".join(pieces))
+        summary = grow_summary(work.previous, note)
+        if self.chat_history.set_summary(work, summary) and note:
+            self.ctx.events.emit(HistorySummarized(unit, summary, work.through_turn))
+
     def _messages(self, msg: Transcript, request: ReplyRequest, config) -> list[ChatMessage]:
         """The prompt: the request's own context, else the history, then the user's text."""
         system = config.system_prompt if request.instructions is None else request.instructions
         if request.context is None:
-            return self.chat_history.messages_for(msg.text or None, system, config.history_turns)
+            return self.chat_history.messages_for(msg.text or None, system, config.history_turns,
+                                                  self._summarize and config.summarize_history)
         user = [{"role": "user", "content": msg.text}] if msg.text else []
         return [{"role": "system", "content": system}, *request.context, *user]
 
