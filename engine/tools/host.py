@@ -162,6 +162,9 @@ class ToolHost:
         """Offer the tools on ``units`` and start the tool thread and the timer clock."""
         with self._lock:
             self._units = {u.unit: u for u in units}
+            worker = self._worker
+        if worker is not None:
+            worker.resume()
         for unit in units:
             unit.set_reply_defaults(self.reply_defaults())
         self._runner.start()
@@ -171,6 +174,9 @@ class ToolHost:
         """Stop the tool thread and the clock; the names of those that did not end."""
         with self._lock:
             self._units = {}
+            worker = self._worker
+        if worker is not None:
+            worker.abort()  # a user tool in flight must not hold the stop up to its timeout
         stuck = [] if self._runner.stop(timeout) else ["parley-tools"]
         return stuck + ([] if self._clock.stop(timeout) else ["parley-timers"])
 

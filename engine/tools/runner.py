@@ -41,6 +41,8 @@ APOLOGY_TIMEOUT = "Sorry, that took too long."
 DECLINED = "declined by the user"
 #: Replies in a row that may call tools again; the one after answers without tools.
 MAX_ROUNDS = 4
+#: A result longer than this is cut (the prompt and the history carry it every turn).
+MAX_RESULT_CHARS = 8000
 
 Confirmer = Callable[[ToolCall, ToolInfo], bool]
 
@@ -143,6 +145,8 @@ class ToolRunner:
                 failed = failed or (error is not None and error != DECLINED)
             if error is not None:
                 result = json.dumps({"error": error}, ensure_ascii=False)
+            elif len(result) > MAX_RESULT_CHARS:
+                result = result[:MAX_RESULT_CHARS] + f" … (cut: {len(result)} characters in all)"
             seconds = time.perf_counter() - start
             unit.chat_history.add(HistoryItem(ItemKind.FUNCTION_OUTPUT, result, event.turn_id,
                                               call_id=call.call_id))

@@ -14,6 +14,7 @@ import json
 import logging
 import multiprocessing
 import threading
+import time
 from typing import Any
 
 from engine.tools.user_module import ToolModuleError, UserTool, load_user_module
@@ -76,6 +77,7 @@ class UserToolWorker:
         self.spec = spec
         self.tools: tuple[UserTool, ...] = ()
         self._lock = threading.Lock()
+        self._halted = threading.Event()
         self._process: Any = None
         self._conn: Any = None
 
@@ -109,17 +111,26 @@ class UserToolWorker:
 
     def call(self, name: str, arguments: str, timeout: float) -> str:
         """Run tool ``name`` with ``arguments`` (JSON text); its result as text. Raises
-        ToolTimeout (the worker is killed) or ToolRaised (the tool's exception)."""
+        ToolTimeout (the worker is killed) or ToolRaised (the tool's exception, or the
+        worker ended: it crashed, or ``abort`` stopped it)."""
         with self._lock:
+            if self._halted.is_set():
+                raise ToolRaised(f"{name} was not run: the engine is stopping")
             if self._process is None or not self._process.is_alive():
                 self._start()
-            self._conn.send(("call", name, arguments))
-            if not self._conn.poll(timeout):
-                self._stop()
-                raise ToolTimeout(f"{name} took more than {timeout:g} s and was stopped")
+            deadline = time.monotonic() + timeout
             try:
+                self._conn.send(("call", name, arguments))
+                # In slices, so that ``abort`` (another thread) ends the wait at once.
+                while not self._conn.poll(min(0.1, max(0.0, deadline - time.monotonic()))):
+                    if self._halted.is_set():
+                        self._stop()
+                        raise ToolRaised(f"{name} was stopped: the engine is stopping")
+                    if time.monotonic() >= deadline:
+                        self._stop()
+                        raise ToolTimeout(f"{name} took more than {timeout:g} s and was stopped")
                 kind, payload = self._conn.recv()
-            except (EOFError, OSError):
+            except (EOFError, OSError):  # crashed, or killed by ``abort``
                 code = self._process.exitcode if self._process is not None else None
                 self._stop()
                 raise ToolRaised(f"the worker process running {name} ended (exit code {code})") from None
@@ -133,6 +144,15 @@ class UserToolWorker:
         if self._process is not None:
             _kill(self._process)
         self._process = self._conn = None
+
+    def abort(self) -> None:
+        """From any thread: a call in flight ends at once with ToolRaised (the engine is
+        stopping), and later calls too until ``resume``."""
+        self._halted.set()
+
+    def resume(self) -> None:
+        """Calls run again (the engine started again)."""
+        self._halted.clear()
 
     def close(self) -> None:
         """Kill the process (it holds no state worth a graceful end) and reap it."""

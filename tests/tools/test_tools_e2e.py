@@ -200,3 +200,15 @@ def test_an_interrupt_while_a_tool_runs_leaves_its_output_for_the_next_turn(make
     messages = chat.requests[-1]["messages"]
     assert [m["role"] for m in messages[-3:]] == ["assistant", "tool", "user"]
     assert json.loads(messages[-2]["content"]) == {"error": call.error}
+
+
+def test_stopping_the_engine_ends_a_user_tool_in_flight_at_once(make_engine, user_module):
+    from tests.support.threads import parley_threads
+
+    run = make_engine(**{"tools.user_module": str(user_module), "tools.timeout_s": 60.0})
+    run.engine.say("Wait for it.")
+    run.wait_for(lambda: run.of(ToolCallStarted), 30, "the call to start")
+    assert run.engine.stop() == []  # joined well before the tool's 60 s
+    assert not {"parley-tools", "parley-timers"} & set(parley_threads())
+    call = run.of(ToolCallFinished)[-1]
+    assert call.call.name == "wait_forever" and "the engine is stopping" in (call.error or "")
