@@ -1,5 +1,5 @@
-"""An engine for the tools tests: started on a quiet source (the user types) and a file
-sink, every event kept, and waits on the events a tool call brings."""
+"""An engine for the tools tests: started on a quiet source (the user types) or a given
+one, and a file sink; every event kept, and waits on the events a tool call brings."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from engine.audio.base import AudioSource
 from engine.audio.file_sink import FileSink
 from engine.engine import Engine
 from engine.pipeline.events import Event, TurnFinished
@@ -16,13 +17,14 @@ from tests.support.sources import Quiet
 class ToolEngine:
     """``engine`` started on one unit; ``events`` holds every event in order."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, source: AudioSource | None = None) -> None:
+        """``source``: what the unit hears (default: a quiet one, the user types)."""
         self.engine = engine
         self.events: list[Event] = []
         self._changed = threading.Condition()
         engine.subscribe(self._keep)
         self.sink = FileSink(None, realtime=False)
-        engine.start([Quiet()], [self.sink])
+        engine.start([source or Quiet()], [self.sink])
         self.unit = engine.units[0]
 
     def _keep(self, event: Event) -> None:

@@ -35,17 +35,18 @@ def data_dir(tmp_path, monkeypatch):
 
 @pytest.fixture
 def make_engine(registry, chat, data_dir):
-    """``make_engine(**overrides)``: a loaded Engine whose LLM is the scripted server,
-    started on a quiet source and a file sink (``ToolEngine``); all closed at the end."""
+    """``make_engine(source=None, **overrides)``: a loaded Engine whose LLM is the scripted
+    server, started on ``source(engine)`` (default: a quiet source) and a file sink
+    (``ToolEngine``); all closed at the end."""
     made: list[ToolEngine] = []
 
-    def make(**overrides) -> ToolEngine:
+    def make(source=None, **overrides) -> ToolEngine:
         config = EngineConfig().with_overrides({
             "turns.barge_in": "off", "llm.backend": "openai", "llm.base_url": chat.url,
             "llm.model": chat.model, **overrides})
         engine = Engine(config, registry=registry, hub=HubStatus(offline=True))
         engine.load()
-        tool_engine = ToolEngine(engine)
+        tool_engine = ToolEngine(engine, source(engine) if source else None)
         made.append(tool_engine)
         return tool_engine
 

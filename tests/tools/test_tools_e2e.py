@@ -212,3 +212,25 @@ def test_stopping_the_engine_ends_a_user_tool_in_flight_at_once(make_engine, use
     assert not {"parley-tools", "parley-timers"} & set(parley_threads())
     call = run.of(ToolCallFinished)[-1]
     assert call.call.name == "wait_forever" and "the engine is stopping" in (call.error or "")
+
+
+def test_a_spoken_question_calls_the_clock_and_the_answer_is_spoken(make_engine):
+    from engine.audio.decode import resample
+    from engine.audio.file_source import FileSource
+    from engine.pipeline.events import FinalTranscript
+
+    def spoken(engine):
+        audio, rate = engine.preview_voice("What time is it?")
+        # At the speaking pace, with silence after it: the unit runs through the tool round
+        # (the test stops it once the answer is heard).
+        return FileSource(resample(audio, rate, 16000), realtime=True, trailing_silence_s=60.0)
+
+    run = make_engine(source=spoken)
+    heard = run.wait_for(lambda: run.of(FinalTranscript), 60, "the question to be heard")
+    assert "time" in heard[0].text.lower()  # type: ignore[index]
+    call = run.wait_for(lambda: run.of(ToolCallFinished), 60, "the clock to be called")[0]  # type: ignore[index]
+    assert call.call.name == "get_time" and call.error is None
+    hour_minute = json.loads(call.result)["time"]
+    finished = run.wait_for(lambda: next((e for e in run.of(TurnFinished) if hour_minute in e.record.reply),
+                                         None), 60, "the answer")
+    assert run.sink.first_heard(finished.record.turn_id) is not None  # type: ignore[union-attr]
