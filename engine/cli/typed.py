@@ -116,27 +116,29 @@ class TypedConversation:
         unsubscribe = self.engine.subscribe(events.put)
         try:
             turn = self.engine.say(text, speak=speak)
-            return self._wait(turn, events, on_text)
+            try:
+                return self._wait(turn, events, on_text, REPLY_TIMEOUT_S)
+            except KeyboardInterrupt:
+                self.engine.interrupt()
+                record = self.engine.metrics.turn(0, turn)
+                if record is None or not (record.finished or record.cancelled):
+                    self._wait(turn, events, None, _AFTER_ERROR_S)  # its end, cut off
+                raise
         finally:
             unsubscribe()
 
     def _wait(self, turn: int, events: queue.SimpleQueue,
-              on_text: Callable[[str], None] | None) -> Answer:
+              on_text: Callable[[str], None] | None, timeout_s: float) -> Answer:
         answer = Answer(turn, None)
-        deadline = time.monotonic() + REPLY_TIMEOUT_S
-        interrupted = False
+        deadline = time.monotonic() + timeout_s
         while True:
             try:
                 event = events.get(timeout=0.1)
             except queue.Empty:
                 if time.monotonic() > deadline:
-                    raise ParleyError(f"no reply to the message within {REPLY_TIMEOUT_S:.0f} s"
-                                     + (f" ({'; '.join(answer.errors)})" if answer.errors else "")
-                                     ) from None
-                continue
-            except KeyboardInterrupt:
-                self.engine.interrupt()
-                interrupted = True
+                    raise ParleyError(f"no reply to the message within {timeout_s:.0f} s"
+                                      + (f" ({'; '.join(answer.errors)})" if answer.errors else "")
+                                      ) from None
                 continue
             if getattr(event, "unit", 0) != 0 and not isinstance(event, EngineError):
                 continue
@@ -148,13 +150,10 @@ class TypedConversation:
                 deadline = min(deadline, time.monotonic() + _AFTER_ERROR_S)
             elif isinstance(event, TurnFinished) and event.record.turn_id == turn:
                 answer.record = event.record
-                break
+                return answer
             elif isinstance(event, TurnCancelled) and event.turn_id == turn:
                 answer.record = self.engine.metrics.turn(0, turn)
-                break
-        if interrupted:
-            raise KeyboardInterrupt
-        return answer
+                return answer
 
     def new_conversation(self) -> None:
         """Start over: the engine forgets the conversation, the history opens a new one."""
