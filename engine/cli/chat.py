@@ -74,10 +74,10 @@ def run_chat(args: argparse.Namespace, config: EngineConfig) -> int:
     from engine.cli.converse import check_output
     from engine.cli.typed import TypedConversation
 
-    _check_stdin()  # before anything loads
-    if args.text_only and args.output:
+    if args.text_only and args.output:  # before anything loads
         raise ParleyError("--output writes the spoken replies, and --text-only makes none; "
                           "give one of them")
+    _check_stdin()
     check_output(args.output)
     speak = not args.text_only
     if args.output or not speak:

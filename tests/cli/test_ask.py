@@ -100,3 +100,13 @@ def test_engine_say_refuses_no_words_and_an_engine_not_started():
         engine.say("  ")
     with pytest.raises(ParleyError, match="cannot answer a typed message while created; start it"):
         engine.say("hello")
+
+
+def test_each_command_module_runs_on_its_own(capsys):
+    from engine.cli import ask, chat
+    from engine.cli.main import add_config_flags
+
+    assert ask.main([""], add_config_flags) == 2
+    assert "ask needs a message" in capsys.readouterr().err
+    assert chat.main(["--text-only", "--output", "x.wav"], add_config_flags) == 2
+    assert "give one of them" in capsys.readouterr().err
