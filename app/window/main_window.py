@@ -6,8 +6,8 @@ row, the tab widget, the menus' skeleton (File, View, Help), the status line (ea
 stage's model and device) and the 10 Hz timer that hands the latest engine snapshot to
 the features. Each feature package (``app.conversation``, ``app.performance``,
 ``app.settings``, ``app.server``, ``app.bench``, ``app.assistant``, ``app.onboarding``,
-``app.history``) exports ``install(window)``, which adds its tab, menu items, header
-widgets and wiring through the window API (see ``MainWindow``). Features import
+``app.history``, ``app.tools``) exports ``install(window)``, which adds its tab, menu
+items, header widgets and wiring through the window API (see ``MainWindow``). Features import
 ``app.core``, never each other: what one hands another is handed over here, in
 ``_compose``.
 
@@ -27,14 +27,15 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QFileDialog, QFrame, QHBoxLayout, QLabel, QMainWindow, QPushButton, QTabWidget,
                                QVBoxLayout, QWidget)
 
-from app import assistant, bench, conversation, history, onboarding, performance, server
+from app import assistant, bench, conversation, history, onboarding, performance, server, tools
 from app import settings as settings_tab
 from app.assistant.voice_preview import PreviewPlayer, speaker_factory
+from app.conversation.stop_talking import reply_in_progress
 from app.core.background import shutdown_all
 from app.core.bridge import EventBridge
 from app.core.controller import TRANSITIONS, ControllerMode, ControllerState, EngineController
 from app.core.saved_settings import save_config
-from app.core.widgets import LevelMeter
+from app.core.widgets import LevelMeter, set_available
 from app.core.window_state import save_window_state
 from app.window.accessibility import chain, name_unnamed
 from app.window.appearance import ThemeController
@@ -44,6 +45,14 @@ from engine.config import EngineConfig
 from engine.errors import ModelLoadError
 
 POLL_MS = 100  # meters and graphs at 10 Hz
+LISTEN_TIP = "Start or stop listening to the microphone (Ctrl+L)"
+INTERRUPT_TIP = "Cut off the reply in progress (Esc)"
+
+
+def echo_text(status: str | None) -> str:
+    """The header's echo line from the engine's status ("echo cancellation: on, …"),
+    which names itself already: only its first letter is raised."""
+    return status[:1].upper() + status[1:] if status else ""
 
 
 class MainWindow(QMainWindow):
@@ -111,6 +120,7 @@ class MainWindow(QMainWindow):
         self.talk_key = self.chat.talk_key
         history.install(self)
         self.performance = performance.install(self, beside=self.chat.add_beside)
+        self.tools = tools.install(self, beside=self.chat.add_beside)  # the timers, right of the meters
         self.panel = settings_tab.install(self)
         self.panel.ptt_key.setCurrentText(self.talk_key.key)
         self.panel.ptt_key_changed.connect(self.talk_key.set_key)
@@ -221,9 +231,9 @@ class MainWindow(QMainWindow):
         title.setObjectName("appTitle")
         self.listen_button = QPushButton("Listen")
         self.listen_button.setObjectName("listenButton")
-        self.listen_button.setToolTip("Start or stop listening to the microphone (Ctrl+L)")
+        self.listen_button.setToolTip(LISTEN_TIP)
         self.interrupt_button = QPushButton("Interrupt")
-        self.interrupt_button.setToolTip("Cut off the reply in progress (Esc)")
+        self.interrupt_button.setToolTip(INTERRUPT_TIP)
         self.level = LevelMeter()
         self.level.setMinimumWidth(260)
         self.pill = StatePill()
@@ -301,9 +311,32 @@ class MainWindow(QMainWindow):
         self.listen_button.style().unpolish(self.listen_button)
         self.listen_button.style().polish(self.listen_button)
         # While a new engine is built, the current one is about to be replaced.
-        self.listen_button.setEnabled(c.engine is not None and not busy and not c.building)
+        set_available(self.listen_button, self._listen_why_not(state), LISTEN_TIP)
         self.listen_action.setEnabled(self.listen_button.isEnabled())
-        self.interrupt_button.setEnabled(running and not busy)
+        self._update_interrupt(c.snapshot() if running and not busy else None)
+
+    def _listen_why_not(self, state: ControllerState) -> str | None:
+        c = self.controller
+        if c.engine is None:
+            return ("The models are loading: Listen is possible once they are ready" if c.loading
+                    else "No models are loaded: choose them on the Settings tab")
+        if state in TRANSITIONS:
+            return f"{state.label} wait a moment"
+        if c.building:
+            return "A new engine is being built: wait until it is ready"
+        return None
+
+    def _update_interrupt(self, snap) -> None:
+        """Interrupt is enabled only while a reply is being thought or heard (Esc always
+        tries: it may come before the snapshot shows a reply just asked for)."""
+        c = self.controller
+        if c.mode is ControllerMode.IDLE or c.state in TRANSITIONS:
+            why_not = "Nothing to interrupt: Parley is not listening"
+        elif not reply_in_progress(snap):
+            why_not = "Nothing to interrupt: Parley is not thinking or speaking"
+        else:
+            why_not = None
+        set_available(self.interrupt_button, why_not, INTERRUPT_TIP)
 
     # ------------------------------------------------------------------ loading
     def _engine_changed(self, _engine) -> None:
@@ -349,13 +382,14 @@ class MainWindow(QMainWindow):
         snap = c.snapshot()
         if snap is not None:
             self.level.set_level(snap.input_level, c.mode is not ControllerMode.IDLE, c.mic_passing)
-            echo = f"Echo cancellation: {snap.echo}" if snap.echo else ""
+            echo = echo_text(snap.echo)
             if echo != self.echo_label.text():
                 self.echo_label.setText(echo)
             if snap is not self._seen:
                 self._seen = snap
                 if (snap.placements, snap.notes) != self._shown_placements:
                     self._show_placements(snap)  # an Apply reloaded a model
+        self._update_interrupt(snap)
         self._feed.deliver(snap, self.tabs.currentWidget())
 
     # ------------------------------------------------------------------ closing
