@@ -194,8 +194,8 @@ class LlmStage(Stage[LlmModel]):
 
     def _write_summary(self, work: SummaryWork, config) -> None:
         """One summarising call; its start and end are marks of the turn after which it
-        ran. A new message, a new conversation or shutdown stops it at its next token (it
-        is redone at the next pause); a failure is reported and retried after the next
+        ran. A new message, a new conversation, a new model or shutdown stops it at its
+        next token (it is redone at the next pause); a failure is reported and retried after the next
         turn; a turn the model writes no note about is left out of the summary."""
         unit, metrics, turn = self.ctx.unit, self.ctx.metrics, self._last_turn
         if self._summarizer is None:
@@ -203,9 +203,9 @@ class LlmStage(Stage[LlmModel]):
         options = GenerationOptions(NOTE_TOKENS, 0.0, config.repetition_penalty,
                                     config.no_repeat_ngram_size)
 
-        def should_stop() -> bool:
+        def should_stop() -> bool:  # a message, shutdown, a reset or a model swap waits
             return (not self.inbox.empty() or self.ctx.stopping.is_set()
-                    or self._pending_reset is not None)
+                    or self._pending_reset is not None or self._next_model is not None)
 
         if turn:
             metrics.mark(unit, turn, Mark.SUMMARY_START, time.perf_counter(), overwrite=True)
