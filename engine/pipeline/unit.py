@@ -14,7 +14,7 @@ from engine.config import EngineConfig
 from engine.pipeline.control import CancelReason, TurnControl
 from engine.pipeline.chat_history import ChatHistory
 from engine.pipeline.events import EngineError, EventHub
-from engine.pipeline.messages import PLAIN_REPLY, ReplyRequest, Transcript
+from engine.pipeline.messages import PLAIN_REPLY, ReplyRequest, TextChunk, Transcript
 from engine.pipeline.metrics import Mark, Metrics, TurnKind
 from engine.pipeline.playback import Playback
 from engine.pipeline.stage import SourceStage, Stage, StageContext
@@ -106,16 +106,34 @@ class PipelineUnit:
                 if not stage.alive:  # its input ended meanwhile: nobody else will adopt it
                     stage.adopt_pending_model()
 
-    def say(self, text: str, request: ReplyRequest = PLAIN_REPLY) -> int:
+    def say(self, text: str, request: ReplyRequest = PLAIN_REPLY, turn: int | None = None) -> int:
         """A typed user message: answered like a committed spoken turn; returns its id.
 
         ``text`` "" answers the conversation as it stands (a greeting, or the reply after
         a tool's output); ``request`` says how (``ReplyRequest``). It goes straight to the
         LLM stage (no audio, no STT). May wait while the LLM's queue is full: call it off
         an event loop. The turn's record says it was typed (``TurnKind.TYPED``).
+        ``turn``: answer in the turn ``speak`` opened, after the words it spoke.
         """
-        turn = self._typed_turn = self._next_turn_id()
         now = time.perf_counter()
+        if turn is None:
+            turn = self._open_typed_turn(text, now)
+        self.llm.put(Transcript(turn, self.control.generation, text, True, now, request=request))
+        return turn
+
+    def speak(self, text: str, turn: int | None = None) -> int:
+        """Words spoken without the LLM (a tool's acknowledgement, an apology) in ``turn``,
+        before its reply (``say(..., turn=turn)``); None opens a new typed turn for them.
+        Speech or an interrupt cuts them off like any reply; they are not the model's, so
+        neither the chat history nor the reply text holds them. Returns the turn."""
+        if turn is None:
+            turn = self._open_typed_turn("", time.perf_counter())
+        self.tts.put(TextChunk(turn, self.control.generation, text, False))
+        return turn
+
+    def _open_typed_turn(self, text: str, now: float) -> int:
+        """A new turn, committed at once (nothing to wait for: no speech can reopen it)."""
+        turn = self._typed_turn = self._next_turn_id()
         metrics, unit = self.ctx.metrics, self.unit
         for mark in (Mark.SPEECH_START, Mark.SPEECH_END, Mark.COMMITTED):
             metrics.mark(unit, turn, mark, now)
@@ -124,7 +142,6 @@ class PipelineUnit:
         self.ctx.held.commit(turn)
         self.playback.commit(turn)
         self.vad.note_reply(turn)
-        self.llm.put(Transcript(turn, self.control.generation, text, True, now, request=request))
         return turn
 
     def set_reply_defaults(self, request: ReplyRequest) -> None:

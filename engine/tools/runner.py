@@ -1,7 +1,8 @@
 """The tool worker thread (``parley-tools``): runs the calls a desktop unit's reply made.
 
 Per ``ToolCallsMade``: each call is announced (``ToolCallStarted``), confirmed when it has
-side effects and is not trusted, acknowledged aloud once ("One moment."), run — a
+side effects and is not trusted, acknowledged aloud once ("One moment.", which opens the
+turn the answer then comes in: ``PipelineUnit.speak``), run — a
 built-in here, a user tool in the worker process with ``tools.timeout_s`` — and ended
 (``ToolCallFinished``); its result (or error) goes into the unit's chat history as the
 call's output, and the next reply is asked for. A failed call adds a spoken apology. A
@@ -26,7 +27,6 @@ from engine.backends.base import ToolCall
 from engine.pipeline.chat_history import HistoryItem, ItemKind
 from engine.pipeline.events import EventHub, ToolCallFinished, ToolCallsMade, ToolCallStarted
 from engine.pipeline.messages import TextChunk
-from engine.pipeline.metrics import Mark
 from engine.tools.registry import Tool, ToolInfo
 from engine.tools.worker import ToolRaised, ToolTimeout, UserToolWorker, result_text
 
@@ -62,20 +62,6 @@ class _Job:
     unit: PipelineUnit
     event: ToolCallsMade
     generation: int  # the unit's generation when the calls were made
-
-
-def speak_fixed(unit: PipelineUnit, text: str, next_turn_id: Callable[[], int]) -> int:
-    """Speak ``text`` on ``unit`` without the LLM, as a turn of its own that speech or an
-    interrupt cuts off like any reply; returns the turn's id. It adds nothing to the chat
-    history or the reply text (an acknowledgement or an apology is not the model's)."""
-    turn = next_turn_id()
-    metrics, n = unit.ctx.metrics, unit.unit
-    metrics.mark(n, turn, Mark.COMMITTED, time.perf_counter())
-    unit.ctx.held.commit(turn)
-    unit.playback.commit(turn)
-    unit.vad.note_reply(turn)
-    unit.tts.put(TextChunk(turn, unit.control.generation, text, True, True))
-    return turn
 
 
 class ToolRunner:
@@ -119,7 +105,8 @@ class ToolRunner:
 
     def _handle(self, job: _Job) -> None:
         unit, event, tools = job.unit, job.event, self._tools()
-        acknowledged = failed = False
+        follow: int | None = None  # the turn that answers: the acknowledgement opens it
+        failed = False
         apology = APOLOGY
         for call in event.calls:
             self._events.emit(ToolCallStarted(event.unit, event.turn_id, call))
@@ -132,9 +119,8 @@ class ToolRunner:
             elif not self._confirmed(call, tool, tools):
                 error = DECLINED
             else:
-                if not acknowledged and not unit.ctx.stopping.is_set():
-                    speak_fixed(unit, ACKNOWLEDGEMENT, self._next_turn_id)
-                    acknowledged = True
+                if follow is None and not unit.ctx.stopping.is_set():
+                    follow = unit.speak(ACKNOWLEDGEMENT)
                 try:
                     result = self._call(tool, call, tools)
                 except ToolTimeout as exc:
@@ -152,18 +138,30 @@ class ToolRunner:
                                               call_id=call.call_id))
             self._events.emit(ToolCallFinished(event.unit, event.turn_id, call, result, error, seconds))
         if unit.control.generation != job.generation or unit.ctx.stopping.is_set():
-            return  # cut off meanwhile: the outputs wait in the history for the next turn
+            # Cut off meanwhile: the outputs wait in the history for the next turn.
+            self._close(unit, follow)
+            return
         if failed:
-            speak_fixed(unit, apology, self._next_turn_id)
+            follow = unit.speak(apology, follow)
         rounds = self._rounds.pop((event.unit, event.turn_id), 0) + 1
         request = unit.ctx.reply
         if rounds >= MAX_ROUNDS:
             request = replace(request, tool_choice="none")
-        follow = unit.say("", request)
+        follow = unit.say("", request, turn=follow)
         self._rounds[(event.unit, follow)] = rounds
         if len(self._rounds) > 64:
             for key in sorted(self._rounds)[:-32]:
                 del self._rounds[key]
+
+    @staticmethod
+    def _close(unit: PipelineUnit, turn: int | None) -> None:
+        """End the acknowledgement's turn that will get no reply, unless it was cut off
+        (a cut-off turn is over already)."""
+        if turn is None or unit.ctx.stopping.is_set():
+            return
+        record = unit.ctx.metrics.turn(unit.unit, turn)
+        if record is not None and not record.cancelled:
+            unit.tts.put(TextChunk(turn, unit.control.generation, "", True))
 
     def _confirmed(self, call: ToolCall, tool: Tool, tools: ToolSet) -> bool:
         if not tool.info.side_effects or tool.info.name in tools.trusted:
