@@ -60,9 +60,8 @@ class MessageBox(QPlainTextEdit):
         # (A plain-text document's height is counted in lines.)
         lines = max(1, min(MAX_LINES, int(self.document().size().height())))
         line = self.fontMetrics().lineSpacing()
-        margins = self.contentsMargins()  # the frame and the stylesheet's padding
-        height = (lines * line + 2 * int(self.document().documentMargin()) + margins.top() + margins.bottom()
-                  + 2 * self.frameWidth() + 8)
+        # frameWidth covers the stylesheet's border and padding.
+        height = lines * line + 2 * int(self.document().documentMargin()) + 2 * self.frameWidth()
         if self.height() != height:
             self.setFixedHeight(height)
 
