@@ -73,8 +73,9 @@ class ToolsFeature:
                            f"The timer could not be cancelled: {failure}"))
 
     def _due(self, timer_id: str, label: str, due_at: float) -> None:
+        kind = self.timers.kind_of(timer_id)  # the event does not say; the list does
         self.timers.forget(timer_id)
-        self.notifier.notify(label, due_at)
+        self.notifier.notify(label, due_at, kind)
 
     def _close(self) -> list[str]:
         # A question still open is declined, so the engine's tool worker can end.

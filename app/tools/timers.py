@@ -121,6 +121,11 @@ class TimersPanel(QGroupBox):
         """What the list shows: (label, due, time left) per row, in order."""
         return [(r.label.text(), r.due.text(), r.left.text()) for r in self._rows.values()]
 
+    def kind_of(self, timer_id: str) -> str:
+        """"timer" or "reminder": what the list last said of ``timer_id`` ("timer" if unknown)."""
+        row = self._rows.get(timer_id)
+        return row.timer.kind if row is not None else "timer"
+
     def cancel_button(self, timer_id: str) -> QPushButton:
         """The Cancel button of a listed timer."""
         return self._rows[timer_id].cancel
@@ -173,10 +178,14 @@ class Notifier:
         #: Every notification given, in order (what the banner said).
         self.given: list[str] = []
 
-    def notify(self, label: str, due_at: float) -> str:
-        """Say that ``label`` is due (it was due at ``due_at``); returns the text."""
+    def notify(self, label: str, due_at: float, kind: str = "timer") -> str:
+        """Say that the timer or reminder (``kind``) ``label`` is due (it was due at
+        ``due_at``); returns the text."""
         when = datetime.fromtimestamp(due_at).strftime("%H:%M")
-        text = f"Time's up: {label or 'your timer'} (due {when})."
+        if kind == "reminder":
+            text = f"Reminder: {label or 'you asked to be reminded'} (due {when})."
+        else:
+            text = f"Time's up: {label or 'your timer'} (due {when})."
         self.given.append(text)
         self.banner.show_message(text, "info")
         if QSystemTrayIcon.isSystemTrayAvailable():

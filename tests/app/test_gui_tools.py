@@ -243,3 +243,37 @@ def test_ask_before_running_boxes_are_tools_trusted(qtbot, tmp_path):
     assert group.status.text() == "Tools are off: tools are off (tools.enabled is false)"
     assert group.fields["tools.enabled"].isEnabled() and not group.fields["tools.timeout_s"].isEnabled()
     assert not group.asks["set_timer"].isEnabled()
+
+
+def test_the_timers_list_counts_down_and_says_what_is_due(qtbot):
+    """The list as a reading of the engine's timers gives it: soonest first, the time left
+    counted down between readings, a fired one gone at once; the notice names a reminder
+    as one."""
+    from app.tools.timers import Notifier, TimersPanel, left_text
+    from app.window.status_line import Banner
+    from engine.tools.timers import Timer
+
+    now = time.time()
+    tea = Timer("t1", "tea", now + 65.2, "timer")
+    dentist = Timer("r1", "call the dentist", now + 7200.2, "reminder")
+    panel = TimersPanel()
+    qtbot.addWidget(panel)
+    assert panel.isHidden()
+    panel.show_timers((dentist, tea), now)
+    assert [r[0] for r in panel.rows()] == ["tea", "call the dentist"] and not panel.isHidden()
+    assert [r[2] for r in panel.rows()] == ["1:06", "2:00:01"]
+    panel.tick(now + 6)
+    assert panel.rows()[0][2] == "1:00"
+    assert panel.kind_of("r1") == "reminder" and panel.kind_of("nope") == "timer"
+    banner = Banner()
+    qtbot.addWidget(banner)
+    notifier = Notifier(banner, panel)
+    assert notifier.notify("call the dentist", dentist.due_at, panel.kind_of("r1")).startswith(
+        "Reminder: call the dentist (due ")
+    panel.forget("t1")
+    assert [r[0] for r in panel.rows()] == ["call the dentist"]
+    panel.show_timers((dentist, tea), now + 7)  # a reading taken before it fired
+    assert [r[0] for r in panel.rows()] == ["call the dentist"]
+    panel.show_timers((), now + 8)
+    assert panel.rows() == [] and panel.isHidden()
+    assert (left_text(now, now), left_text(now + 3 * 86400 + 7200, now)) == ("due", "3 d 2 h")
