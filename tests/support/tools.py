@@ -58,7 +58,7 @@ class ToolEngine:
             return next((e for e in self.events[start:]
                          if isinstance(e, TurnFinished) and e.record.reply), None)
 
-        return self.wait_for(answered, timeout, f"the reply to {text!r}")  # type: ignore[return-value]
+        return self.wait_for(answered, timeout, f"the reply to {text!r}")
 
     def close(self) -> None:
         stuck = self.engine.stop()

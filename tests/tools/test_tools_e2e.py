@@ -47,7 +47,7 @@ def test_a_2_s_timer_fires_with_a_chime_and_a_longer_one_outlives_a_restart(make
     kinds = {t.kind: t for t in run.engine.timers()}
     assert set(kinds) <= {"timer", "reminder"} and "reminder" in kinds
     due = run.wait_for(lambda: run.of(TimerDue), 10, "the timer to fire")
-    assert [(d.label, d.unit) for d in due] == [("tea", 0)]  # type: ignore[union-attr]
+    assert [(d.label, d.unit) for d in due] == [("tea", 0)]
     run.wait_for(lambda: any(p.turn_id == CHIME_TURN and p.samples_played
                              for p in run.sink.history()), 5, "the chime")
     assert [t.kind for t in run.engine.timers()] == ["reminder"]
@@ -171,7 +171,7 @@ def test_the_confirmer_blocks_a_side_effecting_tool_until_it_answers(make_engine
     assert [s.call.name for s in started] == ["set_timer"]
     assert run.of(ToolCallFinished) == [] and run.engine.timers() == ()
     answer.set()
-    call = run.wait_for(lambda: run.of(ToolCallFinished), 30, "the call to end")[0]  # type: ignore[index]
+    call = run.wait_for(lambda: run.of(ToolCallFinished), 30, "the call to end")[0]
     assert call.error is None and [t.label for t in run.engine.timers()] == ["tea"]
     assert asked == [("set_timer", True)]
     run.wait_for(lambda: any("tea" in e.record.reply for e in run.of(TurnFinished)), 30,
@@ -193,7 +193,7 @@ def test_an_interrupt_while_a_tool_runs_leaves_its_output_for_the_next_turn(make
     run.engine.say("Wait for it.")
     run.wait_for(lambda: run.of(ToolCallStarted), 30, "the call to start")
     run.engine.interrupt()  # Esc while the tool runs: the acknowledgement is cut off
-    call = run.wait_for(lambda: run.of(ToolCallFinished), 30, "the call to end")[0]  # type: ignore[index]
+    call = run.wait_for(lambda: run.of(ToolCallFinished), 30, "the call to end")[0]
     assert call.error == "wait_forever took more than 2 s and was stopped"
     asked = len(chat.requests)
     finished = run.ask("Hello there.")
@@ -229,10 +229,10 @@ def test_a_spoken_question_calls_the_clock_and_the_answer_is_spoken(make_engine)
 
     run = make_engine(source=spoken)
     heard = run.wait_for(lambda: run.of(FinalTranscript), 60, "the question to be heard")
-    assert "time" in heard[0].text.lower()  # type: ignore[index]
-    call = run.wait_for(lambda: run.of(ToolCallFinished), 60, "the clock to be called")[0]  # type: ignore[index]
+    assert "time" in heard[0].text.lower()
+    call = run.wait_for(lambda: run.of(ToolCallFinished), 60, "the clock to be called")[0]
     assert call.call.name == "get_time" and call.error is None
     hour_minute = json.loads(call.result)["time"]
     finished = run.wait_for(lambda: next((e for e in run.of(TurnFinished) if hour_minute in e.record.reply),
                                          None), 60, "the answer")
-    assert run.sink.first_heard(finished.record.turn_id) is not None  # type: ignore[union-attr]
+    assert run.sink.first_heard(finished.record.turn_id) is not None
