@@ -246,7 +246,9 @@ class ToolsConfig:
     user_module: str = field(default="", metadata=_range(
         help="your own tools: a Python file or module name with a TOOLS list", runtime=True))
     timeout_s: float = field(default=10.0, metadata=_range(
-        0.5, 300.0, "a tool call running longer ends with an error", runtime=True))
+        0.5, 300.0, "seconds one of your own tools may run; a call running longer is "
+                    "stopped and ends with an error (the built-in tools are bounded by design)",
+        runtime=True))
     trusted: str = field(default="", metadata=_range(
         help="comma-separated tools with side effects that run without asking first",
         runtime=True))
