@@ -25,14 +25,14 @@ def _short(text: str, limit: int = SHOWN_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def arguments_text(arguments: str) -> str:
-    """The call's JSON arguments as ``key=value, …`` (the JSON itself if it is no object)."""
+def json_text(text: str) -> str:
+    """A call's JSON arguments or result as ``key=value, …``; other text as it is."""
     try:
-        value = json.loads(arguments) if arguments.strip() else {}
+        value = json.loads(text) if text.strip() else {}
     except ValueError:
-        return arguments
+        return text
     if not isinstance(value, dict):
-        return arguments
+        return text
     return ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in value.items())
 
 
@@ -64,16 +64,16 @@ class ToolCallRow(QLabel):
 
     def summary(self) -> str:
         """The row as plain text (tests, copying)."""
-        head = f"{self.call.name}({arguments_text(self.call.arguments)})"
+        head = f"{self.call.name}({json_text(self.call.arguments)})"
         if self.running:
             return f"{head} running…"
-        outcome = f"error: {self.error}" if self.error is not None else f"-> {self.result}"
+        outcome = f"error: {self.error}" if self.error is not None else f"-> {json_text(self.result or '')}"
         return f"{head} {outcome} ({self.seconds:.2f} s)"
 
     def render(self) -> None:
         """Draw the row in the current palette."""
         palette = theme.current()
-        args = arguments_text(self.call.arguments)
+        args = json_text(self.call.arguments)
         head = (f"<span style='color:{palette.muted}'>Tool</span> <b>{html.escape(self.call.name)}</b>"
                 f"<span style='color:{palette.muted}'>({html.escape(_short(args))})</span>")
         if self.running:
@@ -82,7 +82,7 @@ class ToolCallRow(QLabel):
             text = (f"{head} <span style='color:{palette.error_text}'>failed: "
                     f"{html.escape(_short(self.error))}</span>")
         else:
-            text = f"{head} → {html.escape(_short(self.result or ''))}"
+            text = f"{head} → {html.escape(_short(json_text(self.result or '')))}"
         if self.seconds is not None:
             text += f" <span style='color:{palette.muted}'>· {self.seconds:.2f} s</span>"
         self.setText(text)

@@ -433,4 +433,5 @@ class ConversationView(QScrollArea):
     def _follow(self, _lo: int, hi: int) -> None:
         if self._at_end:
             bar = self.verticalScrollBar()
-            QTimer.singleShot(0, lambda: bar.setValue(bar.maximum()))
+            # Bound to the bar: a window closed before the timer fires cancels it.
+            QTimer.singleShot(0, bar, lambda: bar.setValue(bar.maximum()))

@@ -36,6 +36,7 @@ from engine.engine import Engine
 from engine.pipeline.events import HistorySummarized, ToolCallFinished, ToolCallStarted, TurnFinished
 from engine.pipeline.metrics import Figure, Mark, Metrics, TurnKind
 from engine.runtime.model_registry import ModelRegistry
+from tests.support.chat_server import ChatServer
 from tests.support.gui import snapshot_from
 from tests.support.screenshots import screenshot_folder, shoot_light_and_dark
 from tests.support.sources import Quiet, SpeakWhenReplyPlays
@@ -345,3 +346,48 @@ def test_speech_cuts_a_typed_reply_off(qtbot, gui_settings, registry, one_two_th
     assert spoken and not view.item(spoken[0][0]).typed
     window.close()
     assert window.shutdown_stuck == []
+
+
+FAILING_TOOL = '''
+TOOLS = [{"name": "explode_now", "description": "Always fails."}]
+
+
+def explode_now():
+    raise RuntimeError("the fuse was lit")
+'''
+
+
+@pytest.mark.slow
+def test_typed_questions_tool_calls_show_in_the_view(qtbot, gui_settings, registry, tmp_path):
+    # The scripted remote LLM streams the recorded calls of get_time and explode_now (a
+    # user module's tool that raises); the window's view shows each call as it goes.
+    module = tmp_path / "failing_tools.py"
+    module.write_text(FAILING_TOOL, "utf-8")
+    server = ChatServer()
+    try:
+        window = _window(qtbot, gui_settings, registry, **{
+            "llm.backend": "openai", "llm.base_url": server.url, "llm.model": server.model,
+            "tools.user_module": str(module)})
+        _run(qtbot, window, Quiet(), FileSink(None, realtime=False))
+        view = window.conversation
+        window.chat.composer.text_only.setChecked(True)
+        _type(qtbot, window, "What time is it?")
+        qtbot.waitUntil(lambda: any(c.startswith("get_time(") and "running" not in c
+                                    for c in view.tool_calls()), timeout=60_000)
+        (row,) = [r for item in view._items for r in item.tool_rows.values()]
+        assert row.error is None and row.result and row.seconds is not None
+        assert "iso=" in row.summary() and f"· {row.seconds:.2f} s" in row.text()
+        # The reply made with the tool's output quotes it (the chat server's tool reply).
+        qtbot.waitUntil(lambda: any("the tool found" in reply for _t, _u, reply in view.turns()),
+                        timeout=60_000)
+
+        _type(qtbot, window, "Explode it.")
+        qtbot.waitUntil(lambda: any(c.startswith("explode_now(") and "error" in c
+                                    for c in view.tool_calls()), timeout=60_000)
+        failed = [r for item in view._items for r in item.tool_rows.values() if r.call.name == "explode_now"]
+        assert "the fuse was lit" in failed[0].error
+        assert theme.current().error_text in failed[0].text()
+        window.close()
+        assert window.shutdown_stuck == []
+    finally:
+        server.close()
