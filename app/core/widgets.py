@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from PySide6.QtCore import QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QPainter
+from PySide6.QtGui import QAction, QColor, QPainter
 from PySide6.QtWidgets import (QAbstractItemView, QMessageBox, QGridLayout, QHeaderView, QLabel, QTableWidget,
                                QTableWidgetItem, QWidget)
 
@@ -160,7 +160,7 @@ def confirm(parent: QWidget, title: str, text: str) -> bool:
     return answer == QMessageBox.StandardButton.Yes
 
 
-def set_available(widget: QWidget, why_not: str | None, tip: str) -> None:
+def set_available(widget: QWidget | QAction, why_not: str | None, tip: str) -> None:
     """Enable ``widget`` when ``why_not`` is None (its tooltip then says what it does,
     ``tip``), else disable it with ``why_not`` as its tooltip: a control that cannot act
     says why. Only a change is written (called at 10 Hz)."""

@@ -47,6 +47,7 @@ from engine.errors import ModelLoadError
 POLL_MS = 100  # meters and graphs at 10 Hz
 LISTEN_TIP = "Start or stop listening to the microphone (Ctrl+L)"
 INTERRUPT_TIP = "Cut off the reply in progress (Esc)"
+RECORDING_TIP = "Play a recording to Parley as if it were said into the microphone (Ctrl+O)"
 
 
 def echo_text(status: str | None) -> str:
@@ -260,12 +261,14 @@ class MainWindow(QMainWindow):
         self.listen_action.triggered.connect(self.toggle_listening)
         interrupt = QAction("Interrupt reply", self, shortcut=QKeySequence("Esc"))
         interrupt.triggered.connect(self.interrupt)
-        recording = QAction("Converse with a recording…", self, shortcut=QKeySequence("Ctrl+O"))
+        recording = self.recording_action = QAction("Converse with a recording…", self,
+                                                    shortcut=QKeySequence("Ctrl+O"))
         recording.triggered.connect(self._choose_recording)
         quit_action = QAction("Quit", self, shortcut=QKeySequence.StandardKey.Quit)
         quit_action.triggered.connect(self.close)
         for action in (self.listen_action, interrupt, recording):
             file_menu.addAction(action)
+        file_menu.setToolTipsVisible(True)  # a disabled item says why
         self._quit_separator = file_menu.addSeparator()
         file_menu.addAction(quit_action)
         view = self.menuBar().addMenu("&View")
@@ -311,8 +314,12 @@ class MainWindow(QMainWindow):
         self.listen_button.style().unpolish(self.listen_button)
         self.listen_button.style().polish(self.listen_button)
         # While a new engine is built, the current one is about to be replaced.
-        set_available(self.listen_button, self._listen_why_not(state), LISTEN_TIP)
+        why_not = self._listen_why_not(state)
+        set_available(self.listen_button, why_not, LISTEN_TIP)
         self.listen_action.setEnabled(self.listen_button.isEnabled())
+        if why_not is None and c.mode is not ControllerMode.IDLE:
+            why_not = "Stop the conversation first: a recording is answered instead of the microphone"
+        set_available(self.recording_action, why_not, RECORDING_TIP)
         self._update_interrupt(c.snapshot() if running and not busy else None)
 
     def _listen_why_not(self, state: ControllerState) -> str | None:

@@ -76,19 +76,24 @@ def test_enter_sends_shift_enter_breaks_the_line_up_recalls(composer, qtbot):
     assert sent[-1] == ("first line\nsecond", False)
 
 
-def test_the_box_is_disabled_saying_why_until_the_conversation_runs(qtbot, gui_settings):
+def test_the_box_and_the_recording_item_say_why_they_cannot_act(qtbot, gui_settings):
     window = MainWindow(EngineConfig(), gui_settings, autoload=False)
     qtbot.addWidget(window)
-    composer = window.chat.composer
+    composer, recording = window.chat.composer, window.recording_action
     assert not composer.box.isEnabled() and not composer.send_button.isEnabled()
     assert "No models are loaded" in composer.box.toolTip()
+    assert not recording.isEnabled() and "No models are loaded" in recording.toolTip()
     window.controller.engine = SimpleNamespace(placements={})  # loaded, not started
+    window._state_changed(ControllerState.READY)
     window.tick()
     assert not composer.box.isEnabled() and "Press Listen" in composer.box.toolTip()
+    assert recording.isEnabled() and "Ctrl+O" in recording.toolTip()
     window.controller.mode = ControllerMode.MIC
+    window._state_changed(ControllerState.LISTENING)
     window.tick()
     assert composer.box.isEnabled() and composer.send_button.isEnabled()
     assert "Enter sends" in composer.box.toolTip()
+    assert not recording.isEnabled() and "Stop the conversation first" in recording.toolTip()
     window.controller.engine, window.controller.mode = None, ControllerMode.IDLE
     window.close()
 
