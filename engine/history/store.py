@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import platform
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -30,24 +28,13 @@ from typing import Any
 from engine.history.database import HistoryError, open_database
 from engine.history.export import conversation_text, require_export_format
 from engine.pipeline.metrics import TurnKind, TurnRecord
+from engine.runtime.paths import data_dir  # the data folder (re-exported: store.data_dir)
 
 DB_NAME = "history.db"
 _TURN_KEYS = ("turn_id", "transcript", "reply", "cancelled", "timeline")  # turn_dict's non-figures
 
 
 # ----------------------------------------------------------------------------- paths
-def data_dir() -> Path:
-    """The folder for Parley's own data: ``$PARLEY_DATA_DIR`` or the user data folder."""
-    env = os.environ.get("PARLEY_DATA_DIR")
-    if env:
-        return Path(env)
-    if platform.system() == "Darwin":
-        return Path.home() / "Library" / "Application Support" / "Parley"
-    if platform.system() == "Windows":
-        return Path(os.environ.get("APPDATA", Path.home())) / "Parley"
-    return Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local" / "share")) / "parley"
-
-
 def history_path() -> Path:
     """Where the history database lives by default."""
     return data_dir() / DB_NAME

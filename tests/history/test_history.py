@@ -8,6 +8,7 @@ in a temporary folder.
 from __future__ import annotations
 
 import json
+import platform
 import sqlite3
 import threading
 import time
@@ -453,15 +454,15 @@ def test_data_folder_follows_the_environment_and_the_platform(monkeypatch, tmp_p
     monkeypatch.setenv("PARLEY_DATA_DIR", str(tmp_path / "mine"))
     assert history.history_path() == tmp_path / "mine" / "history.db"
     monkeypatch.delenv("PARLEY_DATA_DIR")
-    monkeypatch.setattr(history.platform, "system", lambda: "Linux")
+    monkeypatch.setattr(platform, "system", lambda: "Linux")
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     assert history.data_dir() == tmp_path / "xdg" / "parley"
     monkeypatch.delenv("XDG_DATA_HOME")
     monkeypatch.setattr(history.Path, "home", classmethod(lambda cls: tmp_path / "home"))
     assert history.data_dir() == tmp_path / "home" / ".local" / "share" / "parley"
-    monkeypatch.setattr(history.platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(platform, "system", lambda: "Darwin")
     assert history.data_dir() == tmp_path / "home" / "Library" / "Application Support" / "Parley"
-    monkeypatch.setattr(history.platform, "system", lambda: "Windows")
+    monkeypatch.setattr(platform, "system", lambda: "Windows")
     monkeypatch.setenv("APPDATA", str(tmp_path / "roaming"))
     assert history.data_dir() == tmp_path / "roaming" / "Parley"
 
