@@ -133,16 +133,20 @@ class ToolHost:
             return replace(PLAIN_REPLY, tools=tuple(t.spec for t in self._set.tools.values()))
 
     def support(self) -> ToolSupport:
+        """Whether tools are offered now (``Engine.tool_support``)."""
         return self._support
 
     def set_confirmer(self, confirm: Confirmer | None) -> None:
+        """Who is asked before an untrusted tool with side effects runs (None: declined)."""
         self._confirm = confirm
 
     # ------------------------------------------------------------------ timers
     def timers(self) -> tuple[Timer, ...]:
+        """The pending timers, soonest first."""
         return self._book.timers()
 
     def cancel_timer(self, timer_id: str) -> bool:
+        """Cancel one; False when there is no such timer."""
         return self._book.cancel(timer_id) is not None
 
     def _fire(self, timer: Timer) -> None:

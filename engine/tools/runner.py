@@ -78,6 +78,7 @@ class ToolRunner:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        """Start the thread (once; again after ``stop``)."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="parley-tools", daemon=True)
             self._thread.start()

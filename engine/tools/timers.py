@@ -150,6 +150,7 @@ class TimerClock:
         book.on_change(self._wake.set)
 
     def start(self) -> None:
+        """Start the thread (once; again after ``stop``)."""
         if self._thread is None:
             self._stop.clear()
             self._thread = threading.Thread(target=self._run, name="parley-timers", daemon=True)
