@@ -125,7 +125,10 @@ class ToolsGroup(QObject):
             text = f"The language model can call tools. Offered: {listed}." if listed else (
                 "The language model can call tools; none is offered.")
         else:
-            text = f"Tools are off: {support.reason}"
+            reason = support.reason
+            # The engine's reason may say "tools are off" itself (the header-label lesson).
+            text = (reason[:1].upper() + reason[1:] if reason.lower().startswith("tools are off")
+                    else f"Tools are off: {reason}")
         self.status.setText(text)
         on = support is None or bool(support.available)
         for editor in (*self.fields.values(), self.choose, *self.asks.values()):
