@@ -141,7 +141,7 @@ def test_the_reader_finds_paths_and_modules(text, paths, modules):
 
 def test_the_table_reader_and_the_doc_agree_on_a_known_row():
     rows = layer_rows(_text())
-    assert rows["engine/history/"] == {"engine.pipeline", "engine.report"}
+    assert rows["engine/history/"] == {"engine.pipeline", "engine.report", "engine.runtime"}
     assert row_of("engine.stages.end_of_turn.board") == "engine/stages/"
     assert row_of("engine.recording") == "engine/" and layer_of("engine.recording") == "engine.recording"
     assert module_file("engine.history.store") is not None and module_file("engine.nothing") is None
