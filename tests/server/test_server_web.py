@@ -116,6 +116,8 @@ def test_the_key_subprotocol_is_read_as_openai_browser_clients_send_it():
     assert subprotocol_key(f"realtime,openai-insecure-api-key.{KEY}") == KEY
     assert subprotocol_key("realtime") is None and subprotocol_key("") is None
     assert subprotocol_key("openai-insecure-api-key") is None  # no dot, no key
+    assert ServerSettings(port=8765).page_url() == "http://127.0.0.1:8765/"
+    assert ServerSettings(host="::1", tls_self_signed=True).page_url(9000) == "https://[::1]:9000/"
     assert is_page_path("/") and is_page_path("/web/app.js")
     assert not is_page_path("/v1/realtime") and not is_page_path("/webhook")
 
