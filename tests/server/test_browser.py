@@ -17,6 +17,7 @@ import base64
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -165,6 +166,27 @@ def test_speaking_over_the_reply_flushes_its_playback(served, browser):
     assert flushed["flushed"] > 0  # audio that was waiting to be played was dropped
     page.wait("window.parley.stats.cancelled >= 1", 30, "the cancelled response")
     assert "interrupted" in page.text("transcript")
+
+
+def _space(page, down: bool) -> None:
+    page.call("Input.dispatchKeyEvent", type="keyDown" if down else "keyUp", key=" ", code="Space",
+              windowsVirtualKeyCode=32, nativeVirtualKeyCode=32)
+
+
+def test_push_to_talk_held_on_the_space_bar_is_one_turn(served, browser):
+    page = browser.open(served)
+    page.evaluate("document.querySelector('input[value=push-to-talk]').click()")
+    connect(page)
+    page.wait("window.parley.stats.connected", 30, "the page to connect")
+    assert page.evaluate("document.getElementById('talk').disabled") is False
+    _space(page, True)
+    assert page.evaluate("document.getElementById('talk').getAttribute('aria-pressed')") == "true"
+    time.sleep(7.0)  # longer than a loop of the recording: the question is heard whole
+    _space(page, False)
+    page.wait("window.parley.stats.replies.length >= 1", 90, "the reply to the held turn")
+    heard = stats(page)
+    assert len(heard["transcripts"]) == 1 and "testing routine" in heard["transcripts"][0].lower()
+    assert heard["errors"] == []
 
 
 def test_a_full_server_says_so_and_gets_in_when_a_pipeline_frees(served, browser):
