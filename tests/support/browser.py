@@ -52,7 +52,9 @@ class Chromium:
                 "--use-fake-device-for-media-stream",
                 f"--use-file-for-fake-audio-capture={capture}",
                 "--autoplay-policy=no-user-gesture-required",
-                # Headless has no real speaker: the fake output keeps the audio clock going.
+                # No sound device is needed: the fake output pulls audio at real time. A
+                # container's small /dev/shm would crash the renderer.
+                "--disable-audio-output", "--disable-dev-shm-usage",
                 "--disable-renderer-backgrounding", "--disable-background-timer-throttling",
                 f"--user-data-dir={self.profile}", "--remote-debugging-port=0",
                 "--window-size=1280,900"]

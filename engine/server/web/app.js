@@ -32,6 +32,9 @@ function setState(next) {
 const connection = new Connection({
   onEvent: handle,
   onOpen: () => {
+    // A new session (after a loss too): nothing of an old reply may still play.
+    player?.flush();
+    reply = null;
     connected = stats.connected = true;
     setState("listening");
     sendSettings();
@@ -200,7 +203,14 @@ async function start() {
     return;
   }
   player = new Player(onPlayback);
-  await player.start(jitterMs(), $("speaker").value);
+  try {
+    await player.start(jitterMs(), $("speaker").value);
+  } catch (e) {
+    stats.problem = "speaker";
+    showMessage(`The speaker cannot be opened (${e.message}). Pick another in Settings.`);
+    stop(false);
+    return;
+  }
   await fillDevices();
   $("talk").disabled = mode() !== "push-to-talk";
   connection.connect($("key").value.trim());
