@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 
 KEY = "browser-test-key"
 # A reply short enough to leave the next turn room, long enough to be heard.
-INSTRUCTIONS = "You are a helpful assistant. Answer in one short sentence."
+INSTRUCTIONS = "You are Parley, a friendly voice assistant. Answer in one short, polite sentence."
 TURNS = ROOT / "resources" / "audio" / "librispeech_four_turns.flac"
 # Where librispeech_four_turns.flac's first two turns lie (resources/audio/turns.json).
 FIRST, SECOND = (0.1, 2.9), (5.4, 8.8)
@@ -116,7 +116,8 @@ def _folder(tmp_path: Path) -> Path:
 
 
 def _screenshots(page, folder: Path) -> None:
-    """The page at desktop and phone width, light and dark."""
+    """The page at desktop and phone width, light and dark, its settings open."""
+    page.evaluate("document.getElementById('settings').open = true")
     for name, width, height in (("desktop", 1280, 900), ("phone", 390, 844)):
         for scheme in ("light", "dark"):
             page.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
