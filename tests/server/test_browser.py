@@ -17,6 +17,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -67,7 +68,7 @@ def recordings(tmp_path_factory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("mic")
     return {
         # Two turns far enough apart that the first reply has been played.
-        "two_turns": _wav(folder / "two_turns.wav", [1.0, FIRST, 14.0, SECOND, 20.0]),
+        "two_turns": _wav(folder / "two_turns.wav", [1.0, FIRST, 18.0, SECOND, 20.0]),
         # Looped: the question again a moment after it ended, over the reply.
         "again": _wav(folder / "again.wav", [0.5, FIRST, 3.0]),
     }
@@ -144,8 +145,9 @@ def test_two_spoken_turns_are_shown_answered_and_played(served, browser, tmp_pat
     shown = page.text("transcript")
     assert after_first["transcripts"][0] in shown and after_first["replies"][0] in shown
     assert after_first["replies"][0].strip()
-    # The turn's figures from response.done.
-    assert "voice-to-voice" in page.text("turn") and " ms" in page.text("turn")
+    # The turn's figures from response.done: beside the reply, and its stages.
+    assert "voice-to-voice" in page.text("turn") and "speech to text" in page.text("turn")
+    assert re.search(r"Parley · \d+ ms voice-to-voice", shown), shown
     page.wait("window.parley.stats.transcripts.length >= 2 && window.parley.stats.replies.length >= 2",
               90, "the second turn, answered")
     done = stats(page)

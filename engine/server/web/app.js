@@ -155,6 +155,9 @@ function finished(response) {
     if (reply && reply.id === response.id) flush();
   } else {
     stats.replies.push(text);
+    const item = (response.output || []).find((i) => i.type === "message");
+    const v2v = response.parley?.voice_to_voice_s;
+    if (item && typeof v2v === "number") transcript.mark(item.id, `${Math.round(v2v * 1000)} ms voice-to-voice`);
   }
   if (response.parley) showTurn(response.parley);
   if (reply && reply.id === response.id && reply.first !== undefined) {

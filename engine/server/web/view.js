@@ -66,7 +66,7 @@ export class Transcript {
 
   mark(id, note) {
     const b = this.bubbles.get(id);
-    if (b) b.querySelector(".who").textContent = `Parley (${note})`;
+    if (b) b.querySelector(".who").textContent = `Parley · ${note}`;
   }
 }
 
