@@ -171,6 +171,30 @@ def test_speaking_over_the_reply_flushes_its_playback(served, browser):
     assert "interrupted" in page.text("transcript")
 
 
+def test_the_jitter_buffer_waits_for_its_target_and_flushes(served, browser):
+    page = browser.open(served)
+    result = page.evaluate("""(async () => {
+      const { JitterBuffer } = await import('/web/jitter.js');
+      const b = new JitterBuffer(480);  // 20 ms at 24 kHz
+      const out = new Float32Array(128), reads = [];
+      const read = () => reads.push(b.read(out));
+      b.push(new Float32Array(300).fill(0.5)); read();  // below the target: silence
+      const silent = out.every((v) => v === 0);
+      b.push(new Float32Array(300).fill(0.5));  // 600 waiting: it plays
+      for (let i = 0; i < 5; i++) read();  // 4 x 128 + 88, then dry: an underrun
+      const dry = b.stats();
+      b.push(new Float32Array(100).fill(0.5)); b.end(); read();  // the reply's end plays at once
+      b.push(new Float32Array(1000).fill(0.5)); read(); b.flush(); read();  // barge-in
+      return { reads, silent, dry, last: b.stats() };
+    })()""")
+    assert result["reads"] == [0, 128, 128, 128, 128, 88, 100, 128, 0]
+    assert result["silent"]
+    assert (result["dry"]["played"], result["dry"]["underruns"], result["dry"]["playing"]) == (600, 1, False)
+    last = result["last"]
+    assert (last["played"], last["underruns"], last["flushes"], last["flushed"], last["queued"]) == \
+        (828, 1, 1, 872, 0)
+
+
 def _space(page, down: bool) -> None:
     page.call("Input.dispatchKeyEvent", type="keyDown" if down else "keyUp", key=" ", code="Space",
               windowsVirtualKeyCode=32, nativeVirtualKeyCode=32)

@@ -1,91 +1,45 @@
-// The speaker's AudioWorklet, in a 24 kHz context: a jitter buffer of reply audio.
-// Playing starts once `target` samples wait (or the reply has ended), and starts again
-// that way after an underrun; "flush" drops everything (barge-in). Counts what it played
-// and reports it to the page about every 50 ms.
+// The speaker's AudioWorklet, in a 24 kHz context: the reply through a jitter buffer
+// (jitter.js). Reports what it played to the page about every 50 ms, and at once when
+// it runs dry or is flushed.
+import { JitterBuffer } from "./jitter.js";
+
 class Playback extends AudioWorkletProcessor {
   constructor() {
     super();
-    this.chunks = []; // Float32Array queue
-    this.offset = 0; // read position in chunks[0]
-    this.queued = 0; // samples waiting
-    this.target = 1920; // 80 ms
-    this.playing = false;
-    this.ended = false; // the reply's last audio arrived: play what is left
-    this.played = 0;
-    this.underruns = 0;
-    this.flushes = 0;
-    this.flushed = 0; // samples dropped by flushes
-    this.maxQueued = 0;
+    this.buffer = new JitterBuffer();
     this.sinceReport = 0;
     this.port.onmessage = (e) => this.command(e.data);
   }
 
   command(m) {
+    const b = this.buffer;
     if (m.type === "audio") {
       const pcm = new Int16Array(m.pcm);
       const f = new Float32Array(pcm.length);
       for (let i = 0; i < pcm.length; i++) f[i] = pcm[i] / 32768;
-      this.chunks.push(f);
-      this.queued += f.length;
-      this.ended = false;
-      if (this.queued > this.maxQueued) this.maxQueued = this.queued;
+      b.push(f);
     } else if (m.type === "end") {
-      this.ended = true;
+      b.end();
     } else if (m.type === "flush") {
-      if (this.queued > 0) {
-        this.flushes++;
-        this.flushed += this.queued;
-      }
-      this.chunks = [];
-      this.offset = 0;
-      this.queued = 0;
-      this.playing = false;
-      this.ended = false;
+      b.flush();
       this.report();
     } else if (m.type === "target") {
-      this.target = Math.max(0, Math.round(m.samples));
+      b.setTarget(m.samples);
     }
   }
 
   report() {
-    this.port.postMessage({
-      played: this.played, queued: this.queued, playing: this.playing, underruns: this.underruns,
-      flushes: this.flushes, flushed: this.flushed, maxQueued: this.maxQueued,
-    });
+    this.port.postMessage(this.buffer.stats());
     this.sinceReport = 0;
   }
 
   process(_inputs, outputs) {
     const out = outputs[0][0];
-    const n = out.length;
-    if (!this.playing && this.queued > 0 && (this.queued >= this.target || this.ended)) {
-      this.playing = true;
-    }
-    let written = 0;
-    if (this.playing) {
-      while (written < n && this.chunks.length) {
-        const c = this.chunks[0];
-        const take = Math.min(n - written, c.length - this.offset);
-        out.set(c.subarray(this.offset, this.offset + take), written);
-        written += take;
-        this.offset += take;
-        if (this.offset === c.length) {
-          this.chunks.shift();
-          this.offset = 0;
-        }
-      }
-      this.queued -= written;
-      this.played += written;
-      if (this.queued === 0) {
-        if (!this.ended) this.underruns++; // ran dry before the reply's end: wait for the target again
-        this.playing = false;
-        this.report();
-      }
-    }
-    out.fill(0, written);
+    const wasPlaying = this.buffer.playing;
+    this.buffer.read(out);
     for (let c = 1; c < outputs[0].length; c++) outputs[0][c].set(out);
-    this.sinceReport += n;
-    if (this.sinceReport >= 1200) this.report();
+    this.sinceReport += out.length;
+    if (this.sinceReport >= 1200 || (wasPlaying && !this.buffer.playing)) this.report();
     return true;
   }
 }
