@@ -15,9 +15,6 @@ from importlib import resources
 
 from aiohttp import web
 
-#: The routes served without the API key (the Origin rule still applies).
-PAGE_PATHS = ("/", "/web/")
-
 _TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css",
           ".svg": "image/svg+xml"}
 
@@ -45,7 +42,8 @@ def page_files() -> dict[str, tuple[bytes, str]]:
 
 
 def is_page_path(path: str) -> bool:
-    """True for the page's own routes, which need no API key."""
+    """True for the page's own routes, which need no API key (the Origin rule still
+    applies)."""
     return path == "/" or path.startswith("/web/")
 
 
@@ -56,6 +54,7 @@ class WebPage:
         self.files = page_files()
 
     def register(self, app: web.Application) -> None:
+        """Adds ``GET /`` and ``GET /web/<name>`` to ``app``."""
         app.router.add_get("/", self.index)
         app.router.add_get("/web/{name}", self.file)
 
