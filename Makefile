@@ -58,7 +58,7 @@ test: install-dev
 
 # Tests write screenshots to a temporary folder; this refreshes the ones tracked in git.
 screenshots: install-dev
-	PARLEY_SCREENSHOTS_DIR=resources/screenshots $(BIN)/python -m pytest tests/app/test_gui_e2e.py tests/app/test_gui_server.py tests/app/test_gui_bench.py tests/app/test_gui_screenshots.py tests/app/test_gui_tools.py tests/app/test_gui_typed.py $(PYTEST_ARGS)
+	PARLEY_SCREENSHOTS_DIR=resources/screenshots $(BIN)/python -m pytest tests/app/test_gui_e2e.py tests/app/test_gui_server.py tests/app/test_gui_bench.py tests/app/test_gui_screenshots.py tests/app/test_gui_tools.py tests/app/test_gui_typed.py tests/server/test_browser.py $(PYTEST_ARGS)
 
 package: install-dev
 	$(BIN)/python packaging/build.py

@@ -1,10 +1,18 @@
-"""The aiohttp application: ``/v1/realtime`` (WebSocket), ``GET /v1/pool``, and the
-OpenAI HTTP API on the same models (``engine.server.openai_routes``).
+"""The aiohttp application: ``/v1/realtime`` (WebSocket), ``GET /v1/pool``, the OpenAI
+HTTP API on the same models (``engine.server.openai_routes``) and the web page at ``/``
+(``engine.server.page``).
 
 Before any route runs, a request is checked: a browser ``Origin`` not allowed with
 ``--allow-origin`` is refused (403), and when an API key is set a request without
 ``Authorization: Bearer <key>`` (compared in constant time) is refused (401), before the
 WebSocket upgrade. Neither the key nor the header is ever logged or echoed.
+
+The web page (``engine.server.page``, ``GET /``) is served without the key; its own
+origin is allowed without ``--allow-origin`` when the page was loaded by an address or a
+name of this machine (``same_origin``; a name someone else's DNS points here, a DNS
+rebinding, is not one). A browser cannot set a header on a WebSocket, so the key is also
+taken as the subprotocol ``openai-insecure-api-key.<key>`` beside ``realtime``, as
+OpenAI's browser clients send it; the answer then names ``realtime`` as the protocol.
 
 Each WebSocket connection claims a unit from the pool before the upgrade, runs a
 ``RealtimeSession`` on it and returns the unit when the client leaves (or when the
@@ -32,6 +40,7 @@ import asyncio
 import base64
 import functools
 import hmac
+import ipaddress
 import json
 import logging
 import statistics
@@ -61,6 +70,8 @@ RETRY_AFTER_DEFAULT_S = 5  # a full pool's Retry-After before any session has en
 RETRY_AFTER_MIN_S = 2
 RETRY_AFTER_MAX_S = 30  # a refusal is cheap (no upgrade, no unit): asking again soon is fine
 REFUSAL_LOG_PERIOD_S = 60.0
+KEY_SUBPROTOCOL = "openai-insecure-api-key"  # a browser's key, as OpenAI's browser clients send it
+REALTIME_SUBPROTOCOL = "realtime"
 
 
 def _refuse(status: int, code: str, message: str, kind: str = "invalid_request_error",
@@ -130,22 +141,62 @@ def _key_matches(header: str, key: str) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
 
 
+def subprotocol_key(header: str) -> str | None:
+    """The key a browser sent in ``Sec-WebSocket-Protocol`` as
+    ``openai-insecure-api-key.<key>``; None without one."""
+    for token in header.split(","):
+        name, dot, value = token.strip().partition(".")
+        if dot and name == KEY_SUBPROTOCOL:
+            return value
+    return None
+
+
+def has_key(request: web.Request, key: str) -> bool:
+    """True if ``request`` carries ``key``: the Authorization header, or (a browser's
+    WebSocket) the key subprotocol."""
+    if _key_matches(request.headers.get("Authorization", ""), key):
+        return True
+    sent = subprotocol_key(request.headers.get("Sec-WebSocket-Protocol", ""))
+    return sent is not None and hmac.compare_digest(sent.encode(), key.encode())
+
+
+def same_origin(request: web.Request, origin: str, own_names: frozenset[str]) -> bool:
+    """True if ``origin`` is the server's own (the page it served), reached by one of
+    ``own_names`` or an IP address: a DNS name that is not this machine's could be a
+    rebinding (another site's name pointed at this server), so it needs --allow-origin."""
+    host = request.host
+    if origin != f"{request.scheme}://{host}":
+        return False
+    name = host.rpartition(":")[0] if not host.endswith("]") and ":" in host else host
+    name = name.strip("[]").lower()
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        return name in own_names
+
+
 def guard(settings: ServerSettings):
     """The middleware that checks the origin and the API key of every request."""
+    from engine.server.page import is_page_path
+    from engine.server.tls import machine_names
+
+    own_names = frozenset(n.lower() for n in (*machine_names(), settings.host))
 
     @web.middleware
     async def check(request: web.Request, handler):
         origin = request.headers.get("Origin")
-        if origin is not None and origin not in settings.allow_origins:
+        if (origin is not None and origin not in settings.allow_origins
+                and not same_origin(request, origin, own_names)):
             log.warning("refused a request from origin %r (not allowed by --allow-origin)",
                         origin[:200])
             return _refuse(403, "origin_not_allowed", "this origin may not use the server; "
                            "start it with --allow-origin ORIGIN")
-        if settings.api_key and not _key_matches(request.headers.get("Authorization", ""),
-                                                 settings.api_key):
+        if settings.api_key and not is_page_path(request.path) and not has_key(request, settings.api_key):
             log.warning("refused a request from %s: missing or wrong API key", request.remote)
             return _refuse(401, "invalid_api_key", "missing or wrong API key: send "
-                           "'Authorization: Bearer <key>'")
+                           "'Authorization: Bearer <key>' (a browser's WebSocket: the "
+                           f"subprotocol '{KEY_SUBPROTOCOL}.<key>')")
         return await handler(request)
 
     return check
@@ -241,6 +292,9 @@ class RealtimeApp:
         from engine.server.openai_routes import OpenAiRoutes
 
         OpenAiRoutes(self.engine).register(app)
+        from engine.server.page import WebPage
+
+        WebPage().register(app)
         app.on_shutdown.append(self._on_shutdown)
         return app
 
@@ -273,8 +327,9 @@ class RealtimeApp:
     async def realtime(self, request: web.Request) -> web.StreamResponse:
         """``/v1/realtime``: claim a unit, upgrade, serve the session on it, give it back.
         Without a unit the answer is an HTTP error, before the upgrade (see the module doc)."""
+        # A browser that offers subprotocols fails the connection unless one is chosen.
         ws = web.WebSocketResponse(max_msg_size=self.settings.hard_message_bytes, heartbeat=30.0,
-                                   timeout=CLOSE_TIMEOUT_S)
+                                   timeout=CLOSE_TIMEOUT_S, protocols=(REALTIME_SUBPROTOCOL,))
         if not ws.can_prepare(request):  # not a WebSocket handshake: its 400, before any unit starts
             await ws.prepare(request)
         loop = asyncio.get_running_loop()

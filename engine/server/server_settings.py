@@ -102,6 +102,10 @@ class ServerSettings:
         """The root of the HTTP routes (``https://host:port/v1``, ``http://`` without TLS)."""
         return f"{'https' if self.tls else 'http'}://{self._netloc(port)}/v1"
 
+    def page_url(self, port: int | None = None) -> str:
+        """The web page's address (``engine.server.page``): ``https://host:port/`` with TLS."""
+        return f"{'https' if self.tls else 'http'}://{self._netloc(port)}/"
+
     def _netloc(self, port: int | None) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port if port is None else port}"
