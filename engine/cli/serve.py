@@ -160,6 +160,9 @@ def run_serve(args: argparse.Namespace, config: EngineConfig) -> int:
     server = ServerThread(engine, settings)
     try:
         server.start()
+        # Before 'serving on', the line that says the server is ready.
+        print(f"web page: {settings.page_url(server.port)} (open it in a browser to talk)",
+              file=sys.stderr, flush=True)
         print(f"serving on {server.url} ({settings.num_pipelines} "
               f"pipeline{'s' if settings.num_pipelines != 1 else ''})", file=sys.stderr, flush=True)
         _wait_for_signal()

@@ -52,6 +52,7 @@ def client_context(server: ServeProcess) -> ssl.SSLContext:
 def test_serve_prints_wss_the_fingerprint_and_the_ca_file(tls_served):
     server, port = tls_served
     assert f"serving on wss://127.0.0.1:{port}/v1/realtime (1 pipeline)" in server.stderr
+    assert f"web page: https://127.0.0.1:{port}/ (open it in a browser" in server.stderr
     ca_file = Path(printed(server, r"^clients verify it with the CA file (.+)$"))
     folder = Path(os.environ["PARLEY_CACHE_DIR"]) / "tls"
     assert ca_file == folder / "ca.pem" and ca_file.is_file()
