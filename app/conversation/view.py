@@ -136,7 +136,14 @@ class TurnItem(QWidget):
     def set_typed(self, text: str, spoken_reply: bool) -> None:
         """The user typed ``text``; ``spoken_reply`` False: the reply comes in text only."""
         self.typed, self.spoken_reply = True, spoken_reply
+        self.show_user(True)
         self.set_final(text)
+
+    def show_user(self, shown: bool) -> None:
+        """Show the user's side, or not: a turn the assistant opened itself (the answer
+        after a tool's output) has no words of the user's."""
+        self.user_caption.setVisible(shown)
+        self.user_bubble.setVisible(shown)
 
     def add_tool_call(self, call) -> ToolCallRow:
         """A row for the tool call ``call`` (a ToolCall), shown running until it finishes."""
@@ -291,7 +298,7 @@ class ConversationView(QScrollArea):
 
     def on_reply(self, unit: int, turn_id: int, text: str) -> None:
         """A clause of the reply."""
-        self._item(turn_id).add_reply(text)
+        self._item(turn_id, user=False).add_reply(text)
 
     def on_typed(self, unit: int, turn_id: int, text: str, spoken_reply: bool) -> None:
         """The user typed ``text`` (the message box), sent as ``turn_id``: its reply is now awaited."""
@@ -305,7 +312,7 @@ class ConversationView(QScrollArea):
 
     def on_tool_started(self, unit: int, turn_id: int, call) -> None:
         """The reply of ``turn_id`` runs the tool call ``call``."""
-        self._item(turn_id).add_tool_call(call)
+        self._item(turn_id, user=False).add_tool_call(call)
 
     def on_tool_finished(self, unit: int, turn_id: int, call, result: str, error, seconds: float) -> None:
         """The tool call ``call`` ended (``error`` None: it worked)."""
@@ -337,8 +344,8 @@ class ConversationView(QScrollArea):
 
     def on_finished(self, record) -> None:
         """A TurnRecord: the turn's texts are final; show its latency."""
-        item = self._item(record.turn_id)
-        if record.kind is TurnKind.TYPED and not item.typed:
+        item = self._item(record.turn_id, user=bool(record.transcript))
+        if record.kind is TurnKind.TYPED and not item.typed and record.transcript:
             item.set_typed(record.transcript, item.spoken_reply)
         if item.transcript is None:
             item.set_final(record.transcript)
@@ -408,11 +415,14 @@ class ConversationView(QScrollArea):
         for item in self._items:
             item.restyle()
 
-    def _item(self, turn_id: int) -> TurnItem:
+    def _item(self, turn_id: int, user: bool = True) -> TurnItem:
+        """The turn's item, made on its first event; ``user`` False: that event is the
+        assistant's (a reply, a tool call), so the user's side waits hidden for words."""
         item = self._current.get(turn_id)
         if item is None:
             self._empty.hide()
             item = TurnItem(turn_id)
+            item.show_user(user)
             item.think_timer.timeout.connect(self._start_dots)
             item.think_timer.timeout.connect(
                 lambda item=item: item.thinking and self.thinking_started.emit(item.turn_id))

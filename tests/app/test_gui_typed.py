@@ -33,7 +33,8 @@ from engine.audio.file_sink import FileSink
 from engine.backends.base import ToolCall
 from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.pipeline.events import HistorySummarized, ToolCallFinished, ToolCallStarted, TurnFinished
+from engine.pipeline.events import (HistorySummarized, ReplyText, ToolCallFinished, ToolCallStarted,
+                                    TurnFinished)
 from engine.pipeline.metrics import Figure, Mark, Metrics, TurnKind
 from engine.runtime.model_registry import ModelRegistry
 from tests.support.chat_server import ChatServer
@@ -151,10 +152,28 @@ def test_tool_calls_and_the_summary_marker_in_the_view(qtbot, gui_settings):
     window.close()
 
 
-def _record(turn: int, kind: TurnKind = TurnKind.SPOKEN):
+def test_a_turn_the_assistant_opened_shows_no_words_of_the_user(qtbot, gui_settings):
+    # The answer after a tool's output comes in a typed turn with no text of the user's:
+    # no "listening…" bubble while it streams, no "(no words recognised)" after.
+    window = MainWindow(EngineConfig(), gui_settings, autoload=False)
+    qtbot.addWidget(window)
+    view = window.conversation
+    _deliver(qtbot, window, ReplyText(0, 7, "It is two o'clock."))
+    item = view.item(7)
+    assert item.user_bubble.isHidden() and item.user_caption.isHidden()
+    _deliver(qtbot, window, TurnFinished(0, _record(7, TurnKind.TYPED, transcript="")))
+    assert item.user_bubble.isHidden() and not item.reply_bubble.isHidden()
+    # A typed message shows the user's words even when its reply's first words came first.
+    _deliver(qtbot, window, ReplyText(0, 8, "Hello."))
+    view.on_typed(0, 8, "Hi there", True)
+    assert not view.item(8).user_bubble.isHidden() and view.item(8).transcript == "Hi there"
+    window.close()
+
+
+def _record(turn: int, kind: TurnKind = TurnKind.SPOKEN, transcript: str | None = None):
     metrics = Metrics()
     metrics.mark(0, turn, Mark.SPEECH_END, time.perf_counter())
-    metrics.set_transcript(0, turn, f"question {turn}")
+    metrics.set_transcript(0, turn, f"question {turn}" if transcript is None else transcript)
     metrics.add_reply(0, turn, f"answer {turn}")
     metrics.set_finished(0, turn)
     return dataclasses.replace(metrics.turn(0, turn), kind=kind)
