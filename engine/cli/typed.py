@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import queue
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from engine.audio.base import AudioBlock, AudioSink, AudioSource
+from engine.audio.base import AudioSink
+from engine.audio.silent import SilentInput
 from engine.config import EngineConfig
 from engine.errors import ParleyError
 from engine.pipeline.events import EngineError, ReplyText, TurnCancelled, TurnFinished
@@ -30,28 +30,6 @@ if TYPE_CHECKING:
 REPLY_TIMEOUT_S = 600.0
 #: How long a failed turn's end (its TurnCancelled) is waited for after its error.
 _AFTER_ERROR_S = 10.0
-
-
-class SilentInput(AudioSource):
-    """No microphone: open and silent until closed, so the unit's source stage idles
-    while every turn is typed."""
-
-    def __init__(self) -> None:
-        self._closed = threading.Event()
-
-    def open(self) -> None:
-        """Nothing to open."""
-
-    def close(self) -> None:
-        self._closed.set()
-
-    def read(self, timeout: float) -> AudioBlock | None:
-        self._closed.wait(timeout)
-        return None
-
-    @property
-    def finished(self) -> bool:
-        return self._closed.is_set()
 
 
 def stdin_text(command: str) -> str:
