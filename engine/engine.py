@@ -300,8 +300,13 @@ class Engine:
             self.registry.release(self.placements[stage], self.config.stage_config(stage))
             del self.models[stage]
 
-    def start(self, sources: Sequence[AudioSource], sinks: Sequence[AudioSink]) -> None:
-        """Start one pipeline unit per (source, sink) pair on the loaded models."""
+    def start(self, sources: Sequence[AudioSource], sinks: Sequence[AudioSink], *,
+              carry_conversation: bool = False) -> None:
+        """Start one pipeline unit per (source, sink) pair on the loaded models.
+
+        ``carry_conversation``: each unit goes on with the chat history of the unit it
+        replaces from the last run (typing alone, then the microphone); otherwise the
+        conversation starts empty."""
         if self.state not in (EngineState.READY, EngineState.STOPPED) or not self.models:
             raise ParleyError(f"the engine cannot start while {self.state.value}; load it first")
         if len(sources) != len(sinks) or not sources:
@@ -313,6 +318,9 @@ class Engine:
             units = [PipelineUnit(i, config, self.models, src, sink, self.metrics, self.events,
                                   self._turn_ids.__next__, self.turn_model)
                      for i, (src, sink) in enumerate(zip(sources, sinks))]
+            if carry_conversation:
+                for new, old in zip(units, self.units):
+                    new.chat_history.continue_from(old.chat_history)
             started: list[PipelineUnit] = []
             try:
                 for unit in units:

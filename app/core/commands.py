@@ -251,14 +251,15 @@ class Start(ControllerCommand):
     what = JobKind.START
 
     def __init__(self, controller: EngineController, make: Callable[[], tuple[list, list]],
-                 mode: ControllerMode) -> None:
+                 mode: ControllerMode, carry_conversation: bool = False) -> None:
         super().__init__(controller)
         self.engine, self.make, self.mode = controller.engine, make, mode
+        self.carry = carry_conversation
         self.transition = ControllerState.STARTING
 
     def work(self, task: Task):
         sources, sinks = self.make()
-        self.engine.start(sources, sinks)
+        self.engine.start(sources, sinks, carry_conversation=self.carry)
         return sources
 
     def commit(self, outcome: Outcome) -> None:

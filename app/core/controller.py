@@ -152,6 +152,15 @@ class EngineController(QObject):
 
         self._start(make, ControllerMode.MIC)
 
+    def start_typing(self) -> None:
+        """Start the pipeline for typed messages alone: the speaker, no microphone (a quiet
+        office, a microphone that does not work)."""
+        from engine.audio.silent import SilentInput
+        from engine.audio.speaker import SpeakerSink
+
+        device = self.config.audio.output_device
+        self._start(lambda: ([SilentInput()], [SpeakerSink(device)]), ControllerMode.TYPED)
+
     def start_recording(self, path: str, realtime: bool = True) -> None:
         """Converse with a recording: its turns are answered through the speaker."""
         from engine.audio.file_source import FileSource
@@ -175,10 +184,14 @@ class EngineController(QObject):
     def _start(self, make, mode: ControllerMode) -> None:
         # While a new engine is built the current one is about to be replaced: starting
         # it now would start the wrong one.
-        if (self.engine is None or self.building or self.mode is not ControllerMode.IDLE
-                or ControllerState.STARTING in self._pending):
+        if (self.engine is None or self.building or ControllerState.STARTING in self._pending
+                or self.mode not in (ControllerMode.IDLE, ControllerMode.TYPED)
+                or self.mode is mode):
             return
-        self.run(Start(self, make, mode))
+        typed = self.mode is ControllerMode.TYPED
+        if typed:  # typing alone goes on with the microphone (or a recording)
+            self.run(Stop(self))
+        self.run(Start(self, make, mode, carry_conversation=typed))
 
     def stop_listening(self) -> None:
         """Stop the pipeline (up to 2 s, in the background)."""
@@ -215,13 +228,12 @@ class EngineController(QObject):
         self.run(NewConversation(self))
 
     def say_why_not(self) -> str | None:
-        """Why a typed message cannot be sent now (None: it can): the conversation must run."""
+        """Why a typed message cannot be sent now (None: it can). A message sent while no
+        conversation runs starts one for typing alone (``start_typing``)."""
         if self.engine is None:
             return "No models are loaded yet: wait for loading to finish"
         if self.state in TRANSITIONS or self.building:
             return f"Parley is {self.state.label.lower().rstrip('…')}: wait a moment"
-        if self.mode is ControllerMode.IDLE:
-            return "Press Listen (Ctrl+L) to start the conversation, then type here"
         return None
 
     def say(self, text: str, speak: bool = True) -> None:
@@ -234,6 +246,8 @@ class EngineController(QObject):
         if why_not is not None:
             self.say_failed.emit(text, why_not)
             return
+        if self.mode is ControllerMode.IDLE:
+            self.start_typing()  # on the same lane, before the message
         self.run(Say(self, text.strip(), speak))
 
     def run_with_engine(self, what: str, work: Callable[[Any], Any], done: Callable[[Any], None],
@@ -344,6 +358,8 @@ class EngineController(QObject):
         The one place that writes ``state``."""
         if self._pending:
             state = self._pending[-1]
+        elif self.mode is ControllerMode.TYPED:
+            state = ControllerState.TYPING
         elif self.mode is not ControllerMode.IDLE:
             state = ControllerState.LISTENING
         elif self.loading:

@@ -11,6 +11,7 @@ class ControllerMode(enum.StrEnum):
 
     IDLE = "idle"  # not running
     MIC = "mic"  # the microphone and the speaker
+    TYPED = "typed"  # typed messages only: the speaker, no microphone open
     FILE = "file"  # a recording (or given sources), stopped once it was answered
 
 
@@ -22,6 +23,7 @@ class ControllerState(enum.StrEnum):
     READY = "ready"
     STARTING = "starting"
     LISTENING = "listening"
+    TYPING = "typing"  # running on typed messages alone, the microphone closed
     STOPPING = "stopping"
 
     @property
@@ -33,7 +35,8 @@ class ControllerState(enum.StrEnum):
 _STATE_LABELS = {
     ControllerState.NOT_LOADED: "Not loaded", ControllerState.LOADING: "Loading models",
     ControllerState.READY: "Ready", ControllerState.STARTING: "Starting…",
-    ControllerState.LISTENING: "Listening", ControllerState.STOPPING: "Stopping…",
+    ControllerState.LISTENING: "Listening", ControllerState.TYPING: "Typing (mic off)",
+    ControllerState.STOPPING: "Stopping…",
 }
 #: The transitions a start, stop or switch holds while its command waits or runs.
 TRANSITIONS = (ControllerState.STARTING, ControllerState.STOPPING)

@@ -292,8 +292,8 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ controls
     def toggle_listening(self) -> None:
-        """Listen when idle, stop when listening."""
-        if self.controller.mode is not ControllerMode.IDLE:
+        """Listen when idle or typing, stop when listening."""
+        if self.controller.mode in (ControllerMode.MIC, ControllerMode.FILE):
             self.controller.stop_listening()
         else:
             self.controller.start_listening()
@@ -307,7 +307,7 @@ class MainWindow(QMainWindow):
     def _state_changed(self, state: ControllerState) -> None:
         self.pill.set_state(state)
         c = self.controller
-        running = c.mode is not ControllerMode.IDLE or state is ControllerState.LISTENING
+        running = c.mode in (ControllerMode.MIC, ControllerMode.FILE) or state is ControllerState.LISTENING
         busy = state in TRANSITIONS
         self.listen_button.setText("Stop" if running else "Listen")
         self.listen_button.setProperty("listening", running)
@@ -317,10 +317,10 @@ class MainWindow(QMainWindow):
         why_not = self._listen_why_not(state)
         set_available(self.listen_button, why_not, LISTEN_TIP)
         self.listen_action.setEnabled(self.listen_button.isEnabled())
-        if why_not is None and c.mode is not ControllerMode.IDLE:
+        if why_not is None and c.mode in (ControllerMode.MIC, ControllerMode.FILE):
             why_not = "Stop the conversation first: a recording is answered instead of the microphone"
         set_available(self.recording_action, why_not, RECORDING_TIP)
-        self._update_interrupt(c.snapshot() if running and not busy else None)
+        self._update_interrupt(c.snapshot() if c.mode is not ControllerMode.IDLE and not busy else None)
 
     def _listen_why_not(self, state: ControllerState) -> str | None:
         c = self.controller
@@ -388,7 +388,8 @@ class MainWindow(QMainWindow):
         c.poll()
         snap = c.snapshot()
         if snap is not None:
-            self.level.set_level(snap.input_level, c.mode is not ControllerMode.IDLE, c.mic_passing)
+            self.level.set_level(snap.input_level, c.mode in (ControllerMode.MIC, ControllerMode.FILE),
+                                 c.mic_passing)
             echo = echo_text(snap.echo)
             if echo != self.echo_label.text():
                 self.echo_label.setText(echo)

@@ -104,6 +104,16 @@ class ChatHistory:
         self._trimmed_users = 0  # user turns trimmed off the front (KEEP)
         self._epoch = 0  # bumped by clear(): a summary of the old conversation is void
 
+    def continue_from(self, other: ChatHistory) -> None:
+        """Take ``other``'s items and summary: a unit started again goes on with the
+        conversation of the one it replaces (``Engine.start(..., carry_conversation=True)``)."""
+        with other._lock:
+            items, summary = list(other._items), other._summary
+            covered, trimmed = other._covered, other._trimmed_users
+        with self._lock:
+            self._items, self._summary = items, summary
+            self._covered, self._trimmed_users = covered, trimmed
+
     # ------------------------------------------------------------------ the prompt
     def messages_for(self, user_text: str | None, system_prompt: str,
                      history_turns: int, summary: bool = True) -> list[ChatMessage]:

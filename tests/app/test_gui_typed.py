@@ -87,7 +87,8 @@ def test_the_box_and_the_recording_item_say_why_they_cannot_act(qtbot, gui_setti
     window.controller.engine = SimpleNamespace(placements={})  # loaded, not started
     window._state_changed(ControllerState.READY)
     window.tick()
-    assert not composer.box.isEnabled() and "Press Listen" in composer.box.toolTip()
+    # Loaded, not started: a message starts a conversation for typing (the mic stays off).
+    assert composer.box.isEnabled() and "Enter sends" in composer.box.toolTip()
     assert recording.isEnabled() and "Ctrl+O" in recording.toolTip()
     window.controller.mode = ControllerMode.MIC
     window._state_changed(ControllerState.LISTENING)
@@ -324,6 +325,28 @@ def test_a_typed_question_is_answered_spoken_or_in_text_only(qtbot, gui_settings
     finally:
         store.close()
     assert stored.get(FIRST) is TurnKind.TYPED and stored.get(SECOND) is TurnKind.TYPED, stored
+
+
+@pytest.mark.slow
+def test_a_message_typed_while_stopped_starts_a_conversation_with_the_mic_off(
+        qtbot, gui_settings, registry):
+    # A quiet office, a microphone that does not work: typing alone is a conversation.
+    window = _window(qtbot, gui_settings, registry)
+    c, view = window.controller, window.conversation
+    assert c.mode is ControllerMode.IDLE
+    window.chat.composer.text_only.setChecked(True)
+    turn = _type(qtbot, window, SECOND)
+    (record,) = _finished(qtbot, window, turn)
+    assert record.kind is TurnKind.TYPED and record.reply and view.item(turn).reply == record.reply
+    assert c.mode is ControllerMode.TYPED and c.state is ControllerState.TYPING
+    assert window.pill.text() == "Typing (mic off)" and window.listen_button.text() == "Listen"
+    # Listen goes on with the microphone, in the same conversation.
+    window.listen_button.click()
+    qtbot.waitUntil(lambda: c.mode is ControllerMode.MIC and not c.worker.busy, timeout=30_000)
+    assert window.listen_button.text() == "Stop"
+    assert [e.user for e in c.engine.units[0].chat_history.exchanges()] == [SECOND]
+    window.close()
+    assert window.shutdown_stuck == []
 
 
 LONG = {"llm.max_new_tokens": "120", "llm.max_sentences": "50",
