@@ -17,6 +17,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from tests.support.processes import end_process
+
 REQUIRE_ENV = "PARLEY_REQUIRE_BROWSER"
 NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
@@ -94,13 +96,7 @@ class Chromium:
 
     def close(self) -> None:
         """Ends the browser and removes its profile. Idempotent."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        end_process(self.proc)
         shutil.rmtree(self.profile, ignore_errors=True)
 
 

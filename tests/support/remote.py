@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.support.loopback import LoopbackServer
+from tests.support.processes import end_process
 from tests.support.server import free_port
 
 
@@ -91,13 +92,8 @@ class MlxServer:
             self.proc.wait(10)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        if self.proc is not None:
+            end_process(self.proc)
 
     def restart(self) -> None:
         self.stop()

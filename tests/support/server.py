@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from tests.support.paths import ROOT
+from tests.support.processes import end_process
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -101,13 +102,7 @@ class ServeProcess:
 
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM, then wait; returns the exit status. Idempotent."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        end_process(self.proc, timeout)
         self._reader.join(10)
         self.proc.stderr.close()
         return self.proc.returncode
