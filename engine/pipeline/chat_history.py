@@ -190,6 +190,21 @@ class ChatHistory:
             self._items += items
             self._trim()
 
+    def keep_cut_off(self, turn_id: int, user: str, reason: CancelReason) -> None:
+        """A reply cut off before the LLM stage added its turn (``on_cancel`` found nothing
+        to keep): after a barge-in or a failure the user's words stay, since they were
+        really said, with what was heard of the reply; other reasons keep nothing."""
+        if reason not in (CancelReason.BARGE_IN, CancelReason.FAILED):
+            return
+        heard = self._heard(turn_id) if reason is CancelReason.BARGE_IN and self._heard else ""
+        with self._lock:
+            if any(item.turn_id == turn_id and item.kind is ItemKind.USER for item in self._items):
+                return
+            self._items.append(HistoryItem(ItemKind.USER, user, turn_id))
+            if heard:
+                self._items.append(HistoryItem(ItemKind.ASSISTANT, heard, turn_id))
+            self._trim()
+
     def add(self, item: HistoryItem, after: str | None = None) -> None:
         """A client's item, after the item ``after`` names (its ``item_id``), else last."""
         with self._lock:

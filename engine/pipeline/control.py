@@ -41,6 +41,7 @@ class TurnControl:
         self._generation = 0
         self._global_floor = 0
         self._turn_floor: dict[int, int] = {}
+        self._cancels: dict[int, tuple[CancelReason, int]] = {}  # the last of each turn
         self._on_cancel: list[Callable[[int, CancelReason], None]] = []
 
     @property
@@ -72,6 +73,7 @@ class TurnControl:
             if len(self._turn_floor) > 64:  # old turns' floors are below the global one
                 for old in sorted(self._turn_floor)[:-32]:
                     del self._turn_floor[old]
+            self._note(turn_id, reason)
             for callback in self._on_cancel:
                 callback(turn_id, reason)
             return self._generation
@@ -81,9 +83,26 @@ class TurnControl:
         with self._lock:
             self._generation += 1
             self._global_floor = self._generation
+            self._note(turn_id, reason)
             for callback in self._on_cancel:
                 callback(turn_id, reason)
             return self._generation
+
+    def _note(self, turn_id: int, reason: CancelReason) -> None:
+        self._cancels[turn_id] = (reason, self._generation)
+        if len(self._cancels) > 64:
+            for old in sorted(self._cancels)[:-32]:
+                del self._cancels[old]
+
+    def cut_reason(self, turn_id: int, generation: int) -> CancelReason | None:
+        """Why the work of ``turn_id`` made under ``generation`` was cancelled: the reason
+        of that turn's cancel (None while the work is current, or when another turn's cut
+        made it stale: a barge-in cuts every turn in flight under the reply's turn id)."""
+        with self._lock:
+            last = self._cancels.get(turn_id)
+            if not self.is_stale(turn_id, generation) or last is None or last[1] <= generation:
+                return None
+            return last[0]
 
     def run_if_current(self, turn_id: int, generation: int, action: Callable[[], None]) -> bool:
         """Run ``action`` only if that work is still wanted, atomically with cancels."""

@@ -144,6 +144,9 @@ class LlmStage(Stage[LlmModel]):
         if should_stop():
             # Cut off (barge-in, reopened turn, shutdown): record where it stopped.
             metrics.mark(unit, turn, Mark.LLM_STOPPED, time.perf_counter(), True, gen)
+            reason = control.cut_reason(turn, gen)
+            if request.record and msg.text and reason is not None:
+                self.chat_history.keep_cut_off(turn, msg.text, reason)
             return
         rest = chunker.flush() if chunker.sentences < config.max_sentences else ""
         capped = step is not None and step.tokens >= options.max_new_tokens

@@ -3,9 +3,11 @@ client may delete and truncate, and what a barge-in or a reopened turn leaves.""
 
 from __future__ import annotations
 
+import pytest
+
 from engine.backends.base import ToolCall
 from engine.pipeline.chat_history import ChatHistory, HistoryItem, ItemKind
-from engine.pipeline.control import CancelReason
+from engine.pipeline.control import CancelReason, TurnControl
 
 
 def test_turns_and_client_items_become_chat_messages_in_order():
@@ -74,3 +76,36 @@ def test_keep_heard_records_a_reply_cut_off_before_the_llm_recorded_it():
         (ItemKind.USER, "spoken question", 8), (ItemKind.ASSISTANT, "Well", 8)]
     history.keep_heard(8, "spoken question", "We")  # a second truncate cuts further
     assert history.items()[-1].text == "We" and len(history.items()) == 4
+
+
+
+@pytest.mark.parametrize("reason", [CancelReason.BARGE_IN, CancelReason.FAILED])
+def test_a_reply_cut_off_before_it_was_added_keeps_the_users_words(reason):
+    # The turn is cancelled while its reply is still being written (nothing added yet),
+    # then the LLM stage stops: the user's words stay, they were really said.
+    control = TurnControl()
+    history = ChatHistory(heard=lambda turn: "It is" if turn == 7 else "")
+    control.on_cancel(history.on_cancel)
+    history.append_turn(6, "Hello.", "Hi there.")
+    generation = control.generation
+    assert control.cut_reason(7, generation) is None  # still wanted
+    control.cancel_all(7, reason)
+    assert control.cut_reason(7, generation) is reason
+    history.keep_cut_off(7, "What time is it?", control.cut_reason(7, generation))
+    history.keep_cut_off(7, "What time is it?", reason)  # once only
+    heard = "It is" if reason is CancelReason.BARGE_IN else ""
+    assert [(e.turn_id, e.user, e.assistant) for e in history.exchanges()] == [
+        (6, "Hello.", "Hi there."), (7, "What time is it?", heard)]
+
+
+def test_a_reopened_reply_cut_off_keeps_nothing():
+    control = TurnControl()
+    history = ChatHistory()
+    control.on_cancel(history.on_cancel)
+    generation = control.generation
+    control.cancel_turn(3, CancelReason.REOPENED)
+    history.keep_cut_off(3, "And so my fellow", control.cut_reason(3, generation))
+    # Another turn's barge-in makes turn 5's work stale too, but names turn 4's reply.
+    control.cancel_all(4, CancelReason.BARGE_IN)
+    assert control.cut_reason(5, generation) is None
+    assert history.exchanges() == ()
