@@ -10,7 +10,7 @@ not otherwise.
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
@@ -33,7 +33,7 @@ class MessageBox(QPlainTextEdit):
         super().__init__(parent)
         self.setObjectName("messageBox")
         self.setAccessibleName("Message to Parley")
-        self.setPlaceholderText("Type a message… (Enter sends, Shift+Enter for a new line)")
+        self.setPlaceholderText("Type a message… (Enter sends)")
         self.setTabChangesFocus(True)  # Tab leaves the box, as in every other field
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.last = ""  # the last message sent, for Up
@@ -54,6 +54,17 @@ class MessageBox(QPlainTextEdit):
             self.moveCursor(self.textCursor().MoveOperation.End)
             return
         super().keyPressEvent(event)
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt's name
+        """A new stylesheet or font changes the frame and the line: fit again (a box fitted
+        before the window's stylesheet reached it was shorter than one line)."""
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.StyleChange, QEvent.Type.FontChange):
+            self._fit()
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().showEvent(event)
+        self._fit()
 
     def _fit(self) -> None:
         # As tall as its text (one to MAX_LINES lines): a short message keeps the view big.
