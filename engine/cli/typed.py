@@ -118,7 +118,7 @@ class TypedConversation:
                                       + (f" ({'; '.join(answer.errors)})" if answer.errors else "")
                                       ) from None
                 continue
-            if getattr(event, "unit", 0) != 0 and not isinstance(event, EngineError):
+            if event.unit != 0 and not isinstance(event, EngineError):
                 continue
             if isinstance(event, ReplyText) and event.turn_id == turn:
                 if on_text is not None:

@@ -167,8 +167,10 @@ def test_speaking_over_the_reply_flushes_its_playback(served, browser):
     page.wait("window.parley.stats.flushes >= 1", 120, "a flush of the reply spoken over")
     flushed = stats(page)
     assert flushed["flushed"] > 0  # audio that was waiting to be played was dropped
-    page.wait("window.parley.stats.cancelled >= 1", 30, "the cancelled response")
-    assert "interrupted" in page.text("transcript")
+    # Marked interrupted: by the flush (the server had written the whole reply already)
+    # or by the cancelled response.done (it was still writing it).
+    page.wait("document.getElementById('transcript').textContent.includes('interrupted')", 30,
+              "the reply marked interrupted")
 
 
 def test_the_jitter_buffer_waits_for_its_target_and_flushes(served, browser):

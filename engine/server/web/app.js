@@ -83,6 +83,8 @@ function flush() {
   if (wasPlaying && reply.itemId && reply.audio) {
     connection.send({ type: "conversation.item.truncate", item_id: reply.itemId, content_index: 0,
                       audio_end_ms: Math.floor((heard * 1000) / 24000) });
+    // Cut off while it played, whether or not the server was still writing it.
+    transcript.mark(reply.itemId, "interrupted");
   }
   reply = null;
 }
