@@ -61,12 +61,8 @@ def import_user_module(spec: str) -> tuple[ModuleType, str]:
         where = str(path)
         try:
             loader_spec.loader.exec_module(module)
-        except SyntaxError as exc:
-            raise ToolModuleError(f"tools.user_module: {where} line {exc.lineno}: syntax error "
-                                  f"({exc.msg})") from None
         except Exception as exc:  # noqa: BLE001 - whatever the module raised, named for the user
-            raise ToolModuleError(f"tools.user_module: importing {where} raised "
-                                  f"{type(exc).__name__}: {exc}") from None
+            raise _import_failed(where, exc, where) from None
         return module, where
     try:
         module = importlib.import_module(spec)
@@ -76,13 +72,19 @@ def import_user_module(spec: str) -> tuple[ModuleType, str]:
                                   ".py file's path, or a module on the Python path)") from None
         raise ToolModuleError(f"tools.user_module: importing {spec} raised "
                               f"ModuleNotFoundError: {exc}") from None
-    except SyntaxError as exc:
-        raise ToolModuleError(f"tools.user_module: {exc.filename} line {exc.lineno}: syntax "
-                              f"error ({exc.msg})") from None
     except Exception as exc:  # noqa: BLE001 - whatever the module raised, named for the user
-        raise ToolModuleError(f"tools.user_module: importing {spec} raised "
-                              f"{type(exc).__name__}: {exc}") from None
+        raise _import_failed(spec, exc, None) from None
     return module, getattr(module, "__file__", None) or spec
+
+
+def _import_failed(name: str, exc: Exception, file: str | None) -> ToolModuleError:
+    """The error for a module that raised while imported: a syntax error's file and line,
+    else what it raised."""
+    if isinstance(exc, SyntaxError):
+        return ToolModuleError(f"tools.user_module: {file or exc.filename} line {exc.lineno}: "
+                               f"syntax error ({exc.msg})")
+    return ToolModuleError(f"tools.user_module: importing {name} raised "
+                           f"{type(exc).__name__}: {exc}")
 
 
 def describe_tools(module: ModuleType, where: str) -> tuple[list[UserTool], dict[str, Callable[..., Any]]]:
