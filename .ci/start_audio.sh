@@ -21,11 +21,27 @@ export JACK_NO_AUDIO_RESERVATION=1
 
 jack_up() { jack_lsp >/dev/null 2>&1; }
 
+# An ~/.asoundrc this script installed in an earlier alsa run makes ALSA's "default" (the
+# null devices) PortAudio's default device, shadowing JACK's "system": remove it (only
+# if it is ours, byte for byte, current or the earlier version without /dev/zero).
+drop_parley_asoundrc() {
+    local target="$HOME/.asoundrc"
+    if [[ -e "$target" ]] && { cmp -s "$here/asoundrc" "$target" || grep -q "^# ALSA null devices for a machine without a sound card (CI)." "$target"; }; then
+        rm -f "$target"
+        echo "start_audio: removed $target (ALSA null devices from an earlier alsa run)"
+        if [[ -e "$target.parley-backup" ]]; then
+            mv "$target.parley-backup" "$target"
+            echo "start_audio: restored $target from $target.parley-backup"
+        fi
+    fi
+}
+
 start_jack() {
     if ! command -v jackd >/dev/null 2>&1; then
         echo "start_audio: jackd is not installed (apt-get install jackd2)" >&2
         return 1
     fi
+    drop_parley_asoundrc
     if jack_up; then
         echo "start_audio: a JACK server is already running"
         return 0

@@ -668,7 +668,9 @@ def test_lost_devices_keep_the_pipeline_up_and_answer_the_next_turn(registry, mo
 _JACK_CHILD = """
 import json, os, sys, time
 from engine.audio.mic import MicSource
-mic = MicSource("default")
+# JACK's own device by name: ALSA's "default" (a card, or CI's null devices) would be
+# PortAudio's default and outlive the JACK server this test kills.
+mic = MicSource("system")
 mic.open()
 got = sum(mic.read(0.5) is not None for _ in range(8))
 print("READY", got, flush=True)
