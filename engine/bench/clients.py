@@ -544,15 +544,18 @@ class RealtimeClient:
 async def concurrent_turns(url: str, utterance: Utterance, clients: int, timeout: float,
                            connect_timeout: float = 30.0, chunk_s: float = CHUNK_S,
                            session_update: dict | None = SESSION_UPDATE,
-                           before_close: Callable[[], object] | None = None) -> list[TurnResult]:
+                           before_close: Callable[[], object] | None = None,
+                           client_type: type[RealtimeClient] | None = None) -> list[TurnResult]:
     """``clients`` connections at once, each streaming ``utterance`` from the same instant.
 
     All connect first; the streams start together 0.2 s after the last one is ready.
     ``before_close()`` (if given) runs after every reply is done and before any socket
     closes, while every unit is still held (``bench serve`` samples memory there). Any
-    client's failure fails the lot (the others are closed).
+    client's failure fails the lot (the others are closed). ``client_type`` is the client
+    class (default ``RealtimeClient``; ``engine.bench.openai_client`` has the openai one).
     """
-    conns = [RealtimeClient(url, i, connect_timeout, session_update) for i in range(clients)]
+    make = client_type or RealtimeClient
+    conns = [make(url, i, connect_timeout, session_update) for i in range(clients)]
     try:
         await asyncio.gather(*(c.connect() for c in conns))
         start = time.perf_counter() + 0.2

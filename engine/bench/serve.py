@@ -50,8 +50,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.bench.clients import (CHUNK_S, SILENCE_TAIL_S, BenchRunError, TurnResult, Utterance,
-                                  concurrent_turns, get_json, latency_summary)
+from engine.bench.clients import (CHUNK_S, SILENCE_TAIL_S, BenchRunError, RealtimeClient, TurnResult,
+                                  Utterance, concurrent_turns, get_json, latency_summary)
 from engine.bench.load import LoadPlan, format_load_report, run_load
 from engine.errors import ConfigError, run_command
 
@@ -63,11 +63,13 @@ DEFAULT_INPUT = "resources/audio/jfk.flac"
 DEFAULT_MEMORY_INPUT = "resources/audio/one_two_three_44k.wav"
 SERVING = re.compile(r"serving on (ws://\S+)")
 MIB = 1024 * 1024
+CLIENT_LIBRARIES = ("aiohttp", "openai")
 DEFAULTS = {"unit_counts": "1,2,4,8", "clients": "1,2,4", "runs": 3,
             "memory_input": DEFAULT_MEMORY_INPUT}  # of the memory and latency measurements
 LOAD_DEFAULTS = {"clients": "16", "pipelines": 4, "duration": 180.0, "seed": 0, "retry_s": 1.0,
                  "barge_input": DEFAULT_MEMORY_INPUT}
-LATENCY_ONLY = {"unit_counts": "--units", "runs": "--runs", "memory_input": "--memory-input"}
+LATENCY_ONLY = {"unit_counts": "--units", "runs": "--runs", "memory_input": "--memory-input",
+                "client_library": "--client-library"}
 LOAD_ONLY = {"pipelines": "--pipelines", "duration": "--duration", "seed": "--seed",
              "retry_s": "--retry-s", "barge_input": "--barge-input"}
 
@@ -144,6 +146,10 @@ def build_parser(add_config_flags: Callable[[argparse.ArgumentParser], None] | N
     load.add_argument("--barge-input", metavar="AUDIO",
                       help="recording a barge-in speaks over the reply (and the warm-up turn) "
                            f"(default {DEFAULT_MEMORY_INPUT})")
+    group.add_argument("--client-library", choices=CLIENT_LIBRARIES, metavar="{aiohttp,openai}",
+                       help="what the memory and latency clients speak the protocol with: "
+                            "aiohttp (default), or the official openai library unmodified "
+                            "(AsyncOpenAI().realtime.connect; pip install openai)")
     group.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     group.add_argument("--port-base", type=int, metavar="P",
                        help="serve on ports P, P+1, ... (default: free ports the system picks)")
@@ -171,6 +177,16 @@ class Plan:
     turn_timeout: float = 120.0
     verbose: bool = False
     argv: list[str] = field(default_factory=list)
+    client_library: str = "aiohttp"
+
+    @property
+    def client_type(self) -> type[RealtimeClient]:
+        """The client class ``--client-library`` names."""
+        if self.client_library == "openai":
+            from engine.bench.openai_client import OpenAIRealtimeClient
+
+            return OpenAIRealtimeClient
+        return RealtimeClient
 
     @property
     def latency_units(self) -> int:
@@ -238,8 +254,13 @@ def make_plan(args: argparse.Namespace, argv: list[str] | None = None) -> Plan:
     require_aiohttp()
     speech = Utterance.load(_audio_path(args.input, DEFAULT_INPUT))
     memory_speech = Utterance.load(_audio_path(args.memory_input, DEFAULT_MEMORY_INPUT))
+    if args.client_library == "openai":
+        from engine.bench.openai_client import require_openai_client
+
+        require_openai_client()
     return Plan(units, clients, args.runs, speech, memory_speech, extra, args.port_base,
-                args.start_timeout, args.turn_timeout, args.verbose, list(argv or []))
+                args.start_timeout, args.turn_timeout, args.verbose, list(argv or []),
+                args.client_library or "aiohttp")
 
 
 def make_load_plan(args: argparse.Namespace) -> LoadPlan:
@@ -434,7 +455,7 @@ async def _memory(plan: Plan, server: ServerProcess, startup_s: float) -> dict:
         held["rss"] = server.rss()
 
     turns = await concurrent_turns(server.ws_url, plan.memory_speech, server.units, plan.turn_timeout,
-                                   before_close=sample)
+                                   before_close=sample, client_type=plan.client_type)
     _progress(f"{server.units} unit(s): after one turn each RSS {held['rss'] / MIB:.0f} MiB "
               f"(voice-to-voice {_ms([t.voice_to_voice_s for t in turns])})")
     models = pool.get("models") or []
@@ -447,12 +468,14 @@ async def _memory(plan: Plan, server: ServerProcess, startup_s: float) -> dict:
 async def _latency(plan: Plan, server: ServerProcess) -> dict:
     _progress(f"latency on the server with {server.units} unit(s): one warm-up turn...")
     await _wait_free(server, server.units)
-    warmup = await concurrent_turns(server.ws_url, plan.memory_speech, 1, plan.turn_timeout)
+    warmup = await concurrent_turns(server.ws_url, plan.memory_speech, 1, plan.turn_timeout,
+                                    client_type=plan.client_type)
     runs: dict[int, list[list[TurnResult]]] = {c: [] for c in plan.clients}
     for run in range(plan.runs):
         for count in plan.clients:  # interleaved, so a drift in the machine's speed hits all
             await _wait_free(server, count)
-            results = await concurrent_turns(server.ws_url, plan.speech, count, plan.turn_timeout)
+            results = await concurrent_turns(server.ws_url, plan.speech, count, plan.turn_timeout,
+                                             client_type=plan.client_type)
             runs[count].append(results)
             _progress(f"run {run + 1}/{plan.runs}, {count} client(s): voice-to-voice "
                       f"{_ms([t.voice_to_voice_s for t in results])}")
@@ -503,6 +526,7 @@ async def run_plan(plan: Plan, live: list[ServerProcess] | None = None) -> dict:
         "command": " ".join([PROG, *plan.argv]),
         "server_args": plan.server_args,
         "chunk_s": CHUNK_S, "silence_tail_s": SILENCE_TAIL_S,
+        "client_library": plan.client_library,
         "voice_to_voice": "first response.output_audio.delta received minus the time the client "
                           "sent the chunk holding the last speech sample: the server's last "
                           "speech_stopped.audio_end_ms, else (speech_end_source 'energy') the last "
@@ -578,7 +602,8 @@ def format_report(doc: dict) -> str:
         lines += ["", f"voice-to-voice: first reply audio minus the end of speech (found by {ends}), "
                   "on the client's clock;",
                   f"each client streams {Path(latency['input']).name} at real time + "
-                  f"{doc['silence_tail_s']} s silence; server with {latency['server_units']} units; "
+                  f"{doc['silence_tail_s']} s silence ({doc['client_library']} "
+                  f"client); server with {latency['server_units']} units; "
                   f"{latency['runs']} run(s)",
                   f"{'clients':>7}  {'n':>3}  {'p50':>8}  {'p95':>8}  {'min':>8}  {'max':>8}  "
                   f"{f'p50 x {base_clients}':>9}"]

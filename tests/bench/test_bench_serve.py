@@ -261,7 +261,7 @@ def _fake_doc() -> dict:
     for row in rows:
         row["startup_ratio"] = round(row["startup_rss_bytes"] / rows[0]["startup_rss_bytes"], 3)
         row["turn_ratio"] = round(row["turn_rss_bytes"] / rows[0]["turn_rss_bytes"], 3)
-    return {"silence_tail_s": 1.5, "wall_s": 321.4,
+    return {"silence_tail_s": 1.5, "wall_s": 321.4, "client_library": "openai",
             "memory": {"input": "a/one_two_three_44k.wav", "rows": rows,
                        "max_vs_min": {"units": [1, 8], "startup_ratio": rows[-1]["startup_ratio"],
                                       "turn_ratio": rows[-1]["turn_ratio"], "target": 1.2,
@@ -280,7 +280,8 @@ def test_report_table():
     assert "    8          1008.0     1.007             1050.0     1.034" in lines
     assert ("8 units vs 1: 1.01x after start-up, 1.03x after one turn per unit "
             "(within the 1.2x target)") in lines
-    assert "found by the server's VAD" in text and "jfk.flac at real time + 1.5 s silence" in text
+    assert "found by the server's VAD" in text
+    assert "jfk.flac at real time + 1.5 s silence (openai client)" in text
     assert "clients    n       p50       p95       min       max    p50 x 1" in lines
     assert "      1    3   1300 ms   1390 ms   1200 ms   1400 ms       1.00" in lines
     assert "      4    3   2800 ms   3070 ms   2600 ms   3100 ms       2.00" in lines
