@@ -27,9 +27,15 @@ def piper_voice():
     return piper.PiperVoice.load(model)
 
 
-def speak(voice, text: str) -> bytes:
-    """``text`` voiced by ``voice``, as PCM16 mono at 24 kHz."""
-    audio = np.concatenate([c.audio_float_array for c in voice.synthesize(text)])
+def speak(voice, text: str, steady: bool = False) -> bytes:
+    """``text`` voiced by ``voice``, as PCM16 mono at 24 kHz. ``steady``: without Piper's
+    random noise (noise scales 0), so every run speaks the same audio."""
+    config = None
+    if steady:
+        from piper import SynthesisConfig
+
+        config = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
+    audio = np.concatenate([c.audio_float_array for c in voice.synthesize(text, syn_config=config)])
     return to_pcm16_24k(audio, voice.config.sample_rate)
 
 
