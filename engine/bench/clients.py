@@ -401,6 +401,23 @@ class RealtimeClient:
         """Open the socket, wait for ``session.created``, update the session.
 
         A full server is a ``SessionRefused`` (a BenchRunError): see that class."""
+        await self._open()
+        self._reader = asyncio.create_task(self._read())
+        try:
+            await self.wait_until(lambda: self.tracker.session_created, self.connect_timeout,
+                                  "session.created")
+        except BenchRunError as exc:
+            if REFUSED_CODE in self.tracker.error_codes or self.close_code == TRY_AGAIN_LATER:
+                await self.close()
+                raise SessionRefused(str(exc), REFUSED_CODE) from None
+            raise
+        if self.session_update is not None:
+            await self.send(self.session_update)
+            await self.wait_until(lambda: self.tracker.session_updated, self.connect_timeout,
+                                  "session.updated")
+
+    async def _open(self) -> None:
+        """The WebSocket connection itself; an HTTP 503 is a ``SessionRefused``."""
         import aiohttp
 
         self._session = aiohttp.ClientSession()
@@ -420,19 +437,6 @@ class RealtimeClient:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             await self.close()
             raise self._fail(f"cannot connect to {self.url}: {exc}") from None
-        self._reader = asyncio.create_task(self._read())
-        try:
-            await self.wait_until(lambda: self.tracker.session_created, self.connect_timeout,
-                                  "session.created")
-        except BenchRunError as exc:
-            if REFUSED_CODE in self.tracker.error_codes or self.close_code == TRY_AGAIN_LATER:
-                await self.close()
-                raise SessionRefused(str(exc), REFUSED_CODE) from None
-            raise
-        if self.session_update is not None:
-            await self.send(self.session_update)
-            await self.wait_until(lambda: self.tracker.session_updated, self.connect_timeout,
-                                  "session.updated")
 
     async def _read(self) -> None:
         import aiohttp

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from engine.bench.clients import REFUSED_CODE, BenchRunError, RealtimeClient, SessionRefused, retry_after
+from engine.bench.clients import BenchRunError, RealtimeClient, SessionRefused, retry_after
 from engine.errors import MissingDependencyError
 
 if TYPE_CHECKING:
@@ -52,9 +52,9 @@ class OpenAIRealtimeClient(RealtimeClient):
     api_key: str = NO_KEY
     _conn: AsyncRealtimeConnection | None = None
 
-    async def connect(self) -> None:
-        """Connect through the library, wait for ``session.created``, update the session;
-        a full server is a ``SessionRefused``, as with the aiohttp client."""
+    async def _open(self) -> None:
+        """Connect through the library; an HTTP 503 is a ``SessionRefused``, as with the
+        aiohttp client."""
         require_openai_client()
         from openai import AsyncOpenAI
         from websockets.exceptions import InvalidStatus
@@ -76,19 +76,6 @@ class OpenAIRealtimeClient(RealtimeClient):
             raise self._fail(f"cannot connect to {self.url}: HTTP {status}") from None
         except (TimeoutError, OSError) as exc:
             raise self._fail(f"cannot connect to {self.url}: {exc or type(exc).__name__}") from None
-        self._reader = asyncio.create_task(self._read())
-        try:
-            await self.wait_until(lambda: self.tracker.session_created, self.connect_timeout,
-                                  "session.created")
-        except BenchRunError as exc:
-            if REFUSED_CODE in self.tracker.error_codes:
-                await self.close()
-                raise SessionRefused(str(exc), REFUSED_CODE) from None
-            raise
-        if self.session_update is not None:
-            await self.send(self.session_update)
-            await self.wait_until(lambda: self.tracker.session_updated, self.connect_timeout,
-                                  "session.updated")
 
     async def _read(self) -> None:
         from openai import OpenAIError

@@ -354,11 +354,23 @@ async def _with_fake_server(behaviour: str, body):
         await runner.cleanup()
 
 
-def test_concurrent_clients_stream_at_real_time_and_time_the_reply():
+@pytest.fixture(params=["aiohttp", "openai"])
+def client_type(request) -> type[RealtimeClient]:
+    """Each client library ``bench serve --client-library`` offers: the built-in aiohttp
+    one, and the official openai library unmodified (engine/bench/openai_client.py)."""
+    if request.param == "aiohttp":
+        return RealtimeClient
+    pytest.importorskip("openai")
+    from engine.bench.openai_client import OpenAIRealtimeClient
+
+    return OpenAIRealtimeClient
+
+
+def test_concurrent_clients_stream_at_real_time_and_time_the_reply(client_type):
     speech = Utterance.from_audio("tone", _tone(0.25), tail_s=0.1)
 
     async def body(url):
-        return await concurrent_turns(url, speech, 2, timeout=10)
+        return await concurrent_turns(url, speech, 2, timeout=10, client_type=client_type)
 
     results = asyncio.run(_with_fake_server("ok", body))
     assert [r.client for r in results] == [0, 1]
@@ -375,11 +387,11 @@ def test_concurrent_clients_stream_at_real_time_and_time_the_reply():
     ("close", "client 0: the server closed the connection"),
     ("silent", "client 0: timed out after 1 s waiting for the reply to tone"),
 ])
-def test_client_failures_are_clear_errors(behaviour, fragment):
+def test_client_failures_are_clear_errors(client_type, behaviour, fragment):
     speech = Utterance.from_audio("tone", _tone(0.25), tail_s=0.1)
 
     async def body(url):
-        async with RealtimeClient(url, connect_timeout=5) as client:
+        async with client_type(url, connect_timeout=5) as client:
             return await client.turn(speech, client.clock(), timeout=1)
 
     with pytest.raises(BenchRunError) as err:
@@ -387,11 +399,11 @@ def test_client_failures_are_clear_errors(behaviour, fragment):
     assert fragment in str(err.value)
 
 
-def test_a_refused_connection_is_a_clear_error():
+def test_a_refused_connection_is_a_clear_error(client_type):
     from engine.bench.serve import free_port
 
     async def body():
-        async with RealtimeClient(f"ws://127.0.0.1:{free_port()}/v1/realtime", connect_timeout=2):
+        async with client_type(f"ws://127.0.0.1:{free_port()}/v1/realtime", connect_timeout=2):
             pass
 
     with pytest.raises(BenchRunError, match=r"client 0: cannot connect to ws://127\.0\.0\.1"):
