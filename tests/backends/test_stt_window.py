@@ -59,9 +59,10 @@ def test_fitted_window_hears_the_bundled_recordings(fw, jfk16k, one_two_three_pa
     # The fitted path itself answers (None would mean it fell back to the 30 s window).
     heard = fw.fitted.transcribe(jfk16k, "en", 1, FIT)
     assert heard is not None and JFK_WORDS in normalize_spelled(heard), heard
+    # "One, two, three" is heard whichever window answers: CTranslate2's int8 kernels
+    # differ by CPU, and its fitted decode scores -0.40 with AVX-512 (below
+    # UNSURE_LOGPROB: the 30 s window decodes it) where it scored above the bar on AVX2.
     counted = load_audio(one_two_three_path)
-    heard = fw.fitted.transcribe(counted, "en", 1, FIT)
-    assert heard is not None and "one two three" in normalize_spelled(heard), heard
     result = fw.transcribe(counted, "en", 1, FIT)  # through the backend's own entry point
     assert "one two three" in normalize_spelled(result.text)
     assert result.audio_seconds == pytest.approx(counted.size / 16000)
@@ -110,12 +111,13 @@ def test_a_looping_fitted_output_falls_back_to_30_s(fw, one_two_three_path, monk
     assert "one two three" in normalize_spelled(text)
 
 
-def test_an_unsure_fitted_decode_falls_back_to_30_s(fw, one_two_three_path, monkeypatch):
+def test_an_unsure_fitted_decode_falls_back_to_30_s(fw, jfk16k, one_two_three_path, monkeypatch):
     from engine.backends.stt import whisper_window
 
     audio = load_audio(one_two_three_path)
-    # Clear speech decodes above the bar: the fitted path keeps its own words.
-    assert "one two three" in normalize_spelled(fw.fitted.transcribe(audio, "en", 1, FIT))
+    # Clear speech decodes above the bar: the fitted path keeps its own words (jfk: on
+    # every CPU; see the test above for "One, two, three").
+    assert JFK_WORDS in normalize_spelled(fw.fitted.transcribe(jfk16k, "en", 1, FIT))
     # Every log-probability is below 0: with the bar there, the fitted decode is refused
     # and the backend's 30 s decode still gives the words.
     monkeypatch.setattr(whisper_window, "UNSURE_LOGPROB", 0.0)
@@ -170,3 +172,4 @@ def test_every_stt_backend_takes_the_window_in_the_protocol_order():
         params = inspect.signature(cls.transcribe).parameters
         assert list(params)[:5] == expected, cls
         assert params["fit_window_s"].default is None, cls
+
