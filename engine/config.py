@@ -116,6 +116,10 @@ class _SttCore:
     min_window_s: float = field(default=10.0, metadata=_range(
         1.0, 30.0, "window fit: the shortest window encoded (shorter audio is padded)",
         runtime=True))
+    continue_turn: bool = field(default=True, metadata=_range(
+        help="a turn that paused and went on: transcribe only the audio after the pause, "
+             "with the text heard before it as Whisper's earlier text (window fit, "
+             "faster-whisper; others transcribe the whole turn)", runtime=True))
 
 
 @dataclass(frozen=True)

@@ -146,6 +146,20 @@ class SttModel(Backend, Protocol):
         """ConfigError unless the model can transcribe ``language`` (None: detect)."""
         ...
 
+    def continues_transcripts(self) -> bool:
+        """Whether ``continue_transcript`` can decode audio after text already heard. By
+        default it cannot, and a turn that paused is transcribed whole."""
+        return False
+
+    def continue_transcript(self, audio: np.ndarray, previous: str, language: str | None = None,
+                            beam_size: int = 1, fit_window_s: float | None = None) -> SttResult:
+        """Transcribe ``audio`` that follows the words ``previous`` (the same speaker, just
+        before it): the model reads them as context, and the result is the new words only.
+        Where ``continues_transcripts()`` is true; options as ``transcribe``."""
+        from engine.errors import ModelError
+
+        raise ModelError("this speech-to-text backend cannot continue a transcript")
+
 
 #: One chat message in the OpenAI chat format: ``{"role": "user", "content": "..."}``;
 #: an assistant message may carry ``tool_calls`` (``[{"id", "type": "function",

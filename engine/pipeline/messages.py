@@ -30,7 +30,9 @@ class SpeechSegment(Message):
     ``final`` is False for the growing partial segments sent while the user still
     speaks (progressive transcription) and True for the segment that ends the turn.
     ``t_speech_end`` is when the user stopped speaking (wall clock of the last voiced
-    sample), the zero of voice-to-voice latency.
+    sample), the zero of voice-to-voice latency. ``voiced_samples`` (a final segment):
+    the samples of ``audio`` up to its last voiced frame, the rest being the padding after
+    it; 0 where unknown.
     """
 
     audio: np.ndarray = field(repr=False)
@@ -39,6 +41,7 @@ class SpeechSegment(Message):
     t_speech_start: float
     t_speech_end: float
     revision: int = 0
+    voiced_samples: int = 0
 
 
 @dataclass(frozen=True, slots=True)

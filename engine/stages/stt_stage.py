@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
-from engine.backends.base import SttModel
+from engine.backends.base import SttModel, SttResult
+from engine.config import SttConfig
 from engine.pipeline.events import FinalTranscript, PartialTranscript
 from engine.pipeline.messages import Message, SpeechSegment, Transcript
 from engine.pipeline.metrics import Figure, Mark
@@ -23,6 +25,34 @@ def stable_prefix(previous: str, current: str) -> tuple[str, str]:
     return " ".join(words[:n]), " ".join(words[n:])
 
 
+#: Less new speech than this after a pause (a breath, a click that reopened the turn) is
+#: not decoded on its own: Whisper given a fraction of a second in a padded window may
+#: hear words that are not there, so the whole turn is transcribed instead.
+MIN_CONTINUED_S = 0.3
+#: A turn's words are taken as heard only from a whole transcription of at least this
+#: much speech. Shorter ones are misheard for want of context, and a continuation would
+#: keep the error: jfk.flac's first 2 s came out "And so am I fellow Americans." where
+#: the whole turn says "And so my fellow Americans"; its first 7.3 s were right.
+MIN_HEARD_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class HeardSoFar:
+    """A turn's words up to a pause: the text of a whole transcription of a final
+    segment, which a later revision of the same turn (the user went on) begins with."""
+
+    turn_id: int
+    t_speech_start: float
+    voiced_samples: int
+    text: str
+
+    def continued_by(self, msg: SpeechSegment) -> bool:
+        """Whether ``msg`` is the same turn, grown by enough speech to decode on its own."""
+        return (msg.turn_id == self.turn_id and msg.t_speech_start == self.t_speech_start
+                and bool(self.text) and self.voiced_samples < msg.audio.size
+                and msg.voiced_samples - self.voiced_samples >= MIN_CONTINUED_S * msg.sample_rate)
+
+
 class SttStage(Stage[SttModel]):
     """Runs the shared STT model in this unit's thread."""
 
@@ -30,6 +60,7 @@ class SttStage(Stage[SttModel]):
         super().__init__("stt", ctx, model, maxsize=8)
         self.partials = partials
         self._last_partial: dict[int, str] = {}
+        self._heard: HeardSoFar | None = None  # the newest final segment's words
 
     def process(self, msg: Message) -> Iterator[Message]:
         if not isinstance(msg, SpeechSegment):
@@ -52,11 +83,12 @@ class SttStage(Stage[SttModel]):
             return
         metrics.mark(unit, msg.turn_id, Mark.STT_START, time.perf_counter(), True, msg.generation)
         waited = self.lock_waits_so_far()
-        result = self.model.transcribe(msg.audio, language, options.beam_size,
-                                       options.fit_window_s)
+        result, text, whole = self._transcribe_final(msg, options, language)
+        if whole and msg.voiced_samples >= MIN_HEARD_S * msg.sample_rate:
+            # Kept even when the revision was dropped since: it is still how the turn began.
+            self._heard = HeardSoFar(msg.turn_id, msg.t_speech_start, msg.voiced_samples, text)
         if self.is_stale(msg):
             return
-        text = result.text.strip()
         metrics.mark(unit, msg.turn_id, Mark.STT_DONE, time.perf_counter(), True, msg.generation)
         metrics.figure(unit, msg.turn_id, Figure.STT_COMPUTE_S, result.compute_seconds,
                        generation=msg.generation)
@@ -72,3 +104,20 @@ class SttStage(Stage[SttModel]):
         self._last_partial.pop(msg.turn_id, None)
         self.ctx.held.emit(msg.turn_id, msg.generation, FinalTranscript(unit, msg.turn_id, text))
         yield Transcript(msg.turn_id, msg.generation, text, True, msg.t_speech_end)
+
+    def _transcribe_final(self, msg: SpeechSegment, options: SttConfig,
+                          language: str | None) -> tuple[SttResult, str, bool]:
+        """The final segment's transcription, its text, and whether it was transcribed
+        whole. A turn that paused and went on (``stt.continue_turn``, a fitted window, a
+        backend that ``continues_transcripts``) decodes only the audio after the words
+        heard at the pause (``HeardSoFar``), with them as context."""
+        heard = self._heard
+        if (heard is not None and options.continue_turn and options.fit_window_s is not None
+                and heard.continued_by(msg) and self.model.continues_transcripts()):
+            result = self.model.continue_transcript(msg.audio[heard.voiced_samples:], heard.text,
+                                                    language, options.beam_size,
+                                                    options.fit_window_s)
+            return result, f"{heard.text} {result.text.strip()}".strip(), False
+        result = self.model.transcribe(msg.audio, language, options.beam_size,
+                                       options.fit_window_s)
+        return result, result.text.strip(), True

@@ -44,11 +44,13 @@ class Partial:
 
 @dataclass(frozen=True, slots=True)
 class SegmentEnded:
-    """Speculative start: the speech stopped; the turn may still reopen."""
+    """Speculative start: the speech stopped; the turn may still reopen. ``voiced_samples``:
+    the samples of ``audio`` up to the end of its last voiced frame (the rest is padding)."""
 
     audio: np.ndarray = field(repr=False)
     t_speech_start: float
     t_speech_end: float
+    voiced_samples: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,7 @@ class Committed:
     t_speech_start: float
     t_speech_end: float
     speculated: bool  # a SegmentEnded with this same audio was already sent
+    voiced_samples: int = 0  # as SegmentEnded's
 
 
 TurnEvent = Started | Partial | SegmentEnded | Reopened | Committed
@@ -198,7 +201,8 @@ class TurnDetector:
                 and self._silent_run >= self.start_spec_frames):
             self._speculated = True
             events.append(SegmentEnded(self._segment_audio(), self._t_start,
-                                       self._t_frame_end(self._last_voiced)))
+                                       self._t_frame_end(self._last_voiced),
+                                       self._voiced_samples()))
         if self._silent_run >= self.end_frames:
             self._t_end = self._t_frame_end(self._last_voiced)
             self.state = TurnState.GRACE
@@ -237,6 +241,10 @@ class TurnDetector:
     def _audio(self, frames: int) -> np.ndarray:
         return np.concatenate(self._frames[:frames]) if frames else np.zeros(0, np.float32)
 
+    def _voiced_samples(self) -> int:
+        """Samples from the turn's start to the end of its last voiced frame."""
+        return sum(frame.size for frame in self._frames[:self._last_voiced + 1])
+
     def _segment_audio(self) -> np.ndarray:
         """The speech and ``pad_ms`` after it; silence not heard yet (an early speculative
         start) is zeros, so STT always gets the padding it was tuned with."""
@@ -248,6 +256,7 @@ class TurnDetector:
         return audio
 
     def _commit(self) -> Committed:
-        event = Committed(self._segment_audio(), self._t_start, self._t_end, self._speculated)
+        event = Committed(self._segment_audio(), self._t_start, self._t_end, self._speculated,
+                          self._voiced_samples())
         self.reset()
         return event

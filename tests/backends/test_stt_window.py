@@ -173,3 +173,15 @@ def test_every_stt_backend_takes_the_window_in_the_protocol_order():
         assert list(params)[:5] == expected, cls
         assert params["fit_window_s"].default is None, cls
 
+
+def test_a_continued_transcript_hears_only_the_words_after_the_pause(fw, jfk16k, monkeypatch):
+    # jfk.flac pauses at 7.65-8.19 s: the part after it, with the words before as context.
+    previous = "And so my fellow Americans, ask not what your country can do for you."
+    tail = jfk16k[round(7.65 * 16000):]
+    for path in ("fitted", "30 s"):
+        if path == "30 s":  # the fitted decode refused: faster-whisper's initial_prompt
+            monkeypatch.setattr(fw.fitted, "transcribe", lambda *args, **kwargs: None)
+        heard = normalize_spelled(fw.continue_transcript(tail, previous, "en", 1, FIT).text)
+        assert "ask what you can do for your country" in heard, (path, heard)
+        assert "fellow" not in heard and "not what" not in heard, (path, heard)
+    assert fw.continues_transcripts()

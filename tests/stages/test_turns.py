@@ -68,6 +68,14 @@ def test_speculative_segment_then_reopen_then_commit():
     # The speculative segment goes out after speculative_start_ms (200), well before the
     # segment ends (min_silence, 500 ms here) and the commit.
     assert events[1][0] - first_seg.t_speech_end == pytest.approx(0.2, abs=2 * FRAME_S)
+    # Each segment says where its speech ends in its audio (the rest is the padding):
+    # the later one begins with the earlier one's speech and the pause after it.
+    for segment in (first_seg, final_seg, commit):
+        voiced_s = segment.voiced_samples / 16000
+        assert voiced_s == pytest.approx(segment.t_speech_end - 100.0, abs=2 * FRAME_S)
+        assert segment.audio.size / 16000 == pytest.approx(voiced_s + 0.3, abs=2 * FRAME_S)
+    assert np.array_equal(final_seg.audio[:first_seg.voiced_samples],
+                          first_seg.audio[:first_seg.voiced_samples])
 
 
 def test_speech_shorter_than_min_speech_is_ignored():

@@ -142,6 +142,21 @@ class FasterWhisperStt(SttModel):
         length, at least that long (``whisper_window``), and falls back to 30 s when the
         fitted output loops or is unsure, or the audio is longer than 30 s.
         """
+        return self._transcribe(audio, language, beam_size, fit_window_s, "")
+
+    def continues_transcripts(self) -> bool:
+        """True: Whisper takes earlier text as its prompt (``continue_transcript``)."""
+        return True
+
+    def continue_transcript(self, audio: np.ndarray, previous: str, language: str | None = None,
+                            beam_size: int = 1, fit_window_s: float | None = None) -> SttResult:
+        """The words of ``audio``, spoken right after ``previous``: Whisper decodes it with
+        that text as its earlier text (``<|startofprev|>``), on the fitted window, else on
+        the 30 s one with faster-whisper's ``initial_prompt``. Returns the new words only."""
+        return self._transcribe(audio, language, beam_size, fit_window_s, previous)
+
+    def _transcribe(self, audio: np.ndarray, language: str | None, beam_size: int,
+                    fit_window_s: float | None, previous: str) -> SttResult:
         audio = np.ascontiguousarray(audio, dtype=np.float32)
         if audio.ndim != 1:
             raise AudioInputError(f"STT takes mono (1-D) 16 kHz audio; got shape {audio.shape}")
@@ -151,12 +166,13 @@ class FasterWhisperStt(SttModel):
         if audio.size == 0:
             return SttResult("", 0.0, 0.0)
         if fit_window_s is not None:
-            text = self.fitted.transcribe(audio, language, beam_size, fit_window_s)
+            text = self.fitted.transcribe(audio, language, beam_size, fit_window_s, previous)
             if text is not None:
                 return SttResult(text, seconds, time.perf_counter() - start)
         segments, _info = self._model.transcribe(
             audio, language=language, beam_size=beam_size, temperature=0.0,
             vad_filter=False, without_timestamps=True, condition_on_previous_text=False,
+            initial_prompt=previous.strip() or None,
         )
         text = "".join(segment.text for segment in segments).strip()
         return SttResult(text, seconds, time.perf_counter() - start)

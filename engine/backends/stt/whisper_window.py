@@ -74,6 +74,9 @@ LANGUAGE_THRESHOLD = 0.5
 #: A fitted decode whose average log-probability is below this is decoded again on the
 #: 30 s window (the measurement is in the module's docstring).
 UNSURE_LOGPROB = -0.3
+#: Whisper reads at most half its 448-token context as earlier text (faster-whisper's
+#: ``initial_prompt`` keeps the last 223 tokens).
+MAX_PREVIOUS_TOKENS = 223
 
 
 def decode_budget(seconds: float) -> int:
@@ -181,11 +184,15 @@ class FittedWhisper:
         return ctranslate2.StorageView.from_array(np.ascontiguousarray(full, dtype=np.float32))
 
     def transcribe(self, audio: np.ndarray, language: str | None, beam_size: int,
-                   min_window_s: float) -> str | None:
+                   min_window_s: float, previous: str = "") -> str | None:
         """The text of 16 kHz mono float32 ``audio`` (``language`` None: the model's own,
         detected on a multilingual model), or None where the 30 s window must be used:
         audio longer than 30 s, an unsure language detection, or an output that looks
-        like a loop or whose decoder was unsure of it (``UNSURE_LOGPROB``)."""
+        like a loop or whose decoder was unsure of it (``UNSURE_LOGPROB``).
+
+        ``previous``: the words just before ``audio``, given to the decoder as Whisper's
+        earlier text (``<|startofprev|>``, its last ``MAX_PREVIOUS_TOKENS`` tokens), as
+        faster-whisper's ``initial_prompt`` does; the result is the new words only."""
         window = self.features(audio, min_window_s)
         if window is None:
             return None
@@ -198,6 +205,9 @@ class FittedWhisper:
             language = token[2:-2]
         tokenizer = self._tokenizer(language if self._multilingual and language else "en")
         prompt = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
+        if previous.strip():
+            context = tokenizer.encode(" " + previous.strip())[-MAX_PREVIOUS_TOKENS:]
+            prompt = [tokenizer.sot_prev, *context, *prompt]
         budget = min(decode_budget(audio.size / SAMPLE_RATE), self._model.max_length - len(prompt))
         result = ct2.generate(
             memory, [prompt], beam_size=beam_size, patience=1.0, length_penalty=1.0,
