@@ -29,17 +29,18 @@ def stable_prefix(previous: str, current: str) -> tuple[str, str]:
 #: not decoded on its own: Whisper given a fraction of a second in a padded window may
 #: hear words that are not there, so the whole turn is transcribed instead.
 MIN_CONTINUED_S = 0.3
-#: A turn's words are taken as heard only from a whole transcription of at least this
-#: much speech. Shorter ones are misheard for want of context, and a continuation would
-#: keep the error: jfk.flac's first 2 s came out "And so am I fellow Americans." where
-#: the whole turn says "And so my fellow Americans"; its first 7.3 s were right.
+#: A transcription's words are taken as heard only when it decoded at least this much
+#: speech itself (the whole turn, or the part after the words heard before). Shorter
+#: ones are misheard for want of context, and a continuation would keep the error:
+#: jfk.flac's first 2 s came out "And so am I fellow Americans." where the whole turn
+#: says "And so my fellow Americans"; its first 7.3 s were right.
 MIN_HEARD_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
 class HeardSoFar:
-    """A turn's words up to a pause: the text of a whole transcription of a final
-    segment, which a later revision of the same turn (the user went on) begins with."""
+    """A turn's words up to a pause: the text of a final segment's transcription, which a
+    later revision of the same turn (the user went on) begins with."""
 
     turn_id: int
     t_speech_start: float
@@ -83,8 +84,8 @@ class SttStage(Stage[SttModel]):
             return
         metrics.mark(unit, msg.turn_id, Mark.STT_START, time.perf_counter(), True, msg.generation)
         waited = self.lock_waits_so_far()
-        result, text, whole = self._transcribe_final(msg, options, language)
-        if whole and msg.voiced_samples >= MIN_HEARD_S * msg.sample_rate:
+        result, text, decoded_from = self._transcribe_final(msg, options, language)
+        if msg.voiced_samples - decoded_from >= MIN_HEARD_S * msg.sample_rate:
             # Kept even when the revision was dropped since: it is still how the turn began.
             self._heard = HeardSoFar(msg.turn_id, msg.t_speech_start, msg.voiced_samples, text)
         if self.is_stale(msg):
@@ -106,9 +107,9 @@ class SttStage(Stage[SttModel]):
         yield Transcript(msg.turn_id, msg.generation, text, True, msg.t_speech_end)
 
     def _transcribe_final(self, msg: SpeechSegment, options: SttConfig,
-                          language: str | None) -> tuple[SttResult, str, bool]:
-        """The final segment's transcription, its text, and whether it was transcribed
-        whole. A turn that paused and went on (``stt.continue_turn``, a fitted window, a
+                          language: str | None) -> tuple[SttResult, str, int]:
+        """The final segment's transcription, its text, and the sample its decode began
+        at (0: the whole turn). A turn that paused and went on (``stt.continue_turn``, a fitted window, a
         backend that ``continues_transcripts``) decodes only the audio after the words
         heard at the pause (``HeardSoFar``), with them as context."""
         heard = self._heard
@@ -117,7 +118,7 @@ class SttStage(Stage[SttModel]):
             result = self.model.continue_transcript(msg.audio[heard.voiced_samples:], heard.text,
                                                     language, options.beam_size,
                                                     options.fit_window_s)
-            return result, f"{heard.text} {result.text.strip()}".strip(), False
+            return result, f"{heard.text} {result.text.strip()}".strip(), heard.voiced_samples
         result = self.model.transcribe(msg.audio, language, options.beam_size,
                                        options.fit_window_s)
-        return result, result.text.strip(), True
+        return result, result.text.strip(), 0

@@ -11,7 +11,7 @@ KEYS = [
     "vad.backend", "vad.model", "vad.device", "vad.threshold", "vad.min_speech_ms",
     "vad.min_silence_ms", "vad.pad_ms",
     "stt.backend", "stt.model", "stt.device", "stt.dtype", "stt.language", "stt.beam_size",
-    "stt.window", "stt.min_window_s",
+    "stt.window", "stt.min_window_s", "stt.continue_turn",
     "stt.base_url", "stt.api_key_env", "stt.timeout_s", "stt.retries", "stt.stream",
     "llm.backend", "llm.model", "llm.device", "llm.dtype", "llm.system_prompt",
     "llm.max_new_tokens", "llm.max_sentences", "llm.history_turns", "llm.temperature",

@@ -103,15 +103,18 @@ def test_the_whole_turn_is_decoded_when_continuing_would_risk_words(first_s, sec
     assert [kind for kind, _, _ in model.calls] == ["whole", "whole"], why
 
 
-def test_a_continued_transcription_is_not_continued_again():
-    # Only a whole transcription is taken as heard, so an error cannot ride along twice.
-    model = ScriptedStt(["First part.", "second part.", "third part."])
+def test_a_continuation_is_taken_as_heard_only_when_it_decoded_enough_speech_itself():
+    # Pauses at 6, 9, 15 and 17 s, the end at 19 s: the 3 s after the first pause are too
+    # little to trust on their own, the 6 s after that are enough.
+    model = ScriptedStt(["First part.", "second part.", "third part.", "fourth.", "end."])
     stage, ctx = stage_for(model)
-    for seconds in (6.0, 9.0, 12.0):
+    for seconds in (6.0, 9.0, 15.0, 17.0, 19.0):
         transcripts(stage, segment(ctx, seconds))
         ctx.control.cancel_turn(1, CancelReason.REOPENED)
     assert [(kind, previous) for kind, _, previous in model.calls] == [
-        ("whole", None), ("continued", "First part."), ("continued", "First part.")]
+        ("whole", None), ("continued", "First part."), ("continued", "First part."),
+        ("continued", "First part. third part."), ("continued", "First part. third part.")]
+    assert model.calls[-1][1] == round((19.0 + 0.2 - 15.0) * RATE)  # from the 15 s pause
 
 
 @pytest.mark.parametrize("stt, continues", [
