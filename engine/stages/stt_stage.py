@@ -109,9 +109,9 @@ class SttStage(Stage[SttModel]):
     def _transcribe_final(self, msg: SpeechSegment, options: SttConfig,
                           language: str | None) -> tuple[SttResult, str, int]:
         """The final segment's transcription, its text, and the sample its decode began
-        at (0: the whole turn). A turn that paused and went on (``stt.continue_turn``, a fitted window, a
-        backend that ``continues_transcripts``) decodes only the audio after the words
-        heard at the pause (``HeardSoFar``), with them as context."""
+        at (0: the whole turn). A turn that paused and went on (``stt.continue_turn``, a
+        fitted window, a backend that ``continues_transcripts``) decodes only the audio
+        after the words heard at the pause (``HeardSoFar``), with them as context."""
         heard = self._heard
         if (heard is not None and options.continue_turn and options.fit_window_s is not None
                 and heard.continued_by(msg) and self.model.continues_transcripts()):
