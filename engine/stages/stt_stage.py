@@ -50,7 +50,7 @@ class HeardSoFar:
     def continued_by(self, msg: SpeechSegment) -> bool:
         """Whether ``msg`` is the same turn, grown by enough speech to decode on its own."""
         return (msg.turn_id == self.turn_id and msg.t_speech_start == self.t_speech_start
-                and bool(self.text) and self.voiced_samples < msg.audio.size
+                and bool(self.text)
                 and msg.voiced_samples - self.voiced_samples >= MIN_CONTINUED_S * msg.sample_rate)
 
 

@@ -219,8 +219,7 @@ class VadStage(SourceStage[VadModel]):
             self._decided_early = False
             self._segment_generation = ctx.control.generation
             self._segment_end = event.t_speech_end
-            yield self._final(event.audio, event.t_speech_start, event.t_speech_end,
-                              event.voiced_samples)
+            yield self._final(event)
             if self.audio_scorer is not None and self._config.turns.end_of_turn is EndOfTurn.LEARNED:
                 # At once, beside the speculative STT: its ~40 ms on one core is then done
                 # by the time the transcript's text signal comes.
@@ -236,8 +235,7 @@ class VadStage(SourceStage[VadModel]):
         elif isinstance(event, Committed):
             ctx.events.emit(UserSpeaking(unit, self.turn_id, False))
             if not event.speculated:
-                yield self._final(event.audio, event.t_speech_start, event.t_speech_end,
-                                  event.voiced_samples)
+                yield self._final(event)
             ctx.metrics.mark(unit, self.turn_id, Mark.COMMITTED, time.perf_counter())
             learned = self._config.turns.end_of_turn is EndOfTurn.LEARNED
             if learned and event.speculated and not self._decided_early:
@@ -246,15 +244,15 @@ class VadStage(SourceStage[VadModel]):
             self.playback.commit(self.turn_id)
             self._playing_turn = self.turn_id
 
-    def _final(self, audio: np.ndarray, t_start: float, t_end: float,
-               voiced_samples: int) -> SpeechSegment:
+    def _final(self, event: SegmentEnded | Committed) -> SpeechSegment:
         ctx, unit = self.ctx, self.ctx.unit
-        ctx.metrics.mark(unit, self.turn_id, Mark.SPEECH_END, t_end, overwrite=True)
+        ctx.metrics.mark(unit, self.turn_id, Mark.SPEECH_END, event.t_speech_end, overwrite=True)
         ctx.metrics.mark(unit, self.turn_id, Mark.VAD_END, time.perf_counter(), overwrite=True)
         # Any partial still queued or being decoded is now useless.
         self.partials.latest = self.partials.final = self._partial_seq + 1
-        return SpeechSegment(self.turn_id, ctx.control.generation, audio, PIPELINE_RATE, True,
-                             t_start, t_end, voiced_samples=voiced_samples)
+        return SpeechSegment(self.turn_id, ctx.control.generation, event.audio, PIPELINE_RATE,
+                             True, event.t_speech_start, event.t_speech_end,
+                             voiced_samples=event.voiced_samples)
 
     def note_reply(self, turn: int) -> None:
         """``turn`` (e.g. a typed message) is answered now: speech cuts it off."""
