@@ -175,7 +175,7 @@ def discover_remote(config) -> list[DeviceInfo]:
     """One ``remote`` DeviceInfo per stage of ``config`` (an EngineConfig) whose
     ``base_url`` is set, probed now (in parallel, a few seconds at most): available when
     the server answers ``/models`` and lists the stage's model."""
-    from engine.backends.remote import discover_endpoints
+    from engine.backends.remote_probe import discover_endpoints
 
     return discover_endpoints(config)
 

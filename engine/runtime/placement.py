@@ -19,7 +19,8 @@ import platform
 from dataclasses import dataclass
 
 from engine.backends import BackendRegistry, BackendSpec
-from engine.backends.remote import REMOTE_BACKEND, REMOTE_STAGES, probe_stage
+from engine.backends.remote import REMOTE_BACKEND, REMOTE_STAGES
+from engine.backends.remote_probe import probe_stage
 from engine.config import STAGES, EngineConfig
 from engine.runtime.devices import CPU, Device, DeviceInfo, check_placement, discover_devices, parse_device
 from engine.errors import ConfigError, DeviceError, ModelError

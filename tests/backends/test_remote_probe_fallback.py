@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from engine.backends.remote import probe_stage
+from engine.backends.remote_probe import probe_stage
 from engine.config import EngineConfig
 from engine.runtime.devices import discover_remote
 from tests.support.loopback import LoopbackServer
