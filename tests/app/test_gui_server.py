@@ -32,6 +32,7 @@ from app.server.panel import MODEL_COLUMNS, UNIT_COLUMNS
 from app.core.theme import load_stylesheet
 from engine.audio.file_sink import FileSink
 from engine.audio.file_source import FileSource
+from engine.bench.server_process import free_port
 from engine.config import STAGES, EngineConfig
 
 
@@ -39,12 +40,6 @@ ROOT = Path(__file__).resolve().parents[2]
 OFFLINE = {"stt.backend": "faster-whisper", "llm.backend": "transformers", "tts.backend": "piper",
            "turns.barge_in": "off", "llm.max_new_tokens": 24}
 API_KEY = "test-key-not-a-secret-7d1f"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def screenshots_dir(tmp_path: Path) -> Path:

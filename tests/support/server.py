@@ -8,7 +8,6 @@ import asyncio
 import base64
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -16,15 +15,9 @@ import time
 
 import numpy as np
 
+from engine.bench.server_process import free_port as free_port  # the tests place servers with it
 from tests.support.paths import ROOT
 from tests.support.processes import end_process
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def to_pcm16_24k(audio: np.ndarray, rate: int) -> bytes:
