@@ -35,8 +35,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from engine.bench.clients import (BenchRunError, RealtimeClient, SessionRefused, TurnResult, Utterance,
-                                  get_json, latency_summary, speech_end_time)
+from engine.bench.clients import (BenchRunError, SessionRefused, TurnResult, Utterance, latency_summary,
+                                  speech_end_time)
+from engine.bench.realtime_client import RealtimeClient, get_json
 
 SCENARIOS = ("turn", "barge_in", "drop")
 SCENARIO_WEIGHTS = (2, 1, 1)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from engine.bench.clients import BenchRunError, RealtimeClient, SessionRefused, retry_after
+from engine.bench.clients import BenchRunError, SessionRefused, retry_after
+from engine.bench.realtime_client import RealtimeClient
 from engine.errors import MissingDependencyError
 
 if TYPE_CHECKING:

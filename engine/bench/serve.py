@@ -43,8 +43,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.bench.clients import (CHUNK_S, SILENCE_TAIL_S, BenchRunError, RealtimeClient, TurnResult,
-                                  Utterance, concurrent_turns, get_json, latency_summary)
+from engine.bench.clients import (CHUNK_S, SILENCE_TAIL_S, BenchRunError, TurnResult, Utterance,
+                                  latency_summary)
+from engine.bench.realtime_client import RealtimeClient, concurrent_turns, get_json
 from engine.bench.load import LoadPlan, format_load_report, run_load
 from engine.bench.server_process import ServerProcess, free_port
 from engine.errors import ConfigError, run_command

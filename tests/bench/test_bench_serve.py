@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 
 from engine.bench import serve as bench_serve
-from engine.bench.clients import (CLIENT_RATE, BenchRunError, RealtimeClient, SessionRefused, TurnTracker,
-                                  Utterance, concurrent_turns, deadlines, retry_after, speech_end,
-                                  speech_end_time, to_pcm16, turn_result)
+from engine.bench.clients import (CLIENT_RATE, BenchRunError, SessionRefused, TurnTracker, Utterance,
+                                  deadlines, retry_after, speech_end, speech_end_time, to_pcm16,
+                                  turn_result)
+from engine.bench.realtime_client import RealtimeClient, concurrent_turns
 from engine.bench.load import LoadPlan, LoadStats, format_load_report, play_session, run_load
 from engine.bench.serve import (ServerProcess, format_report, latency_summary, make_plan, parse_counts,
                                 server_args)

@@ -30,7 +30,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from engine.bench.clients import RealtimeClient, Utterance
+from engine.bench.clients import Utterance
+from engine.bench.realtime_client import RealtimeClient
 from engine.server.runner import ServerThread
 from engine.server.server_settings import HARD_LIMIT_FACTOR, ServerSettings
 from tests.support.realtime_fuzz import (VALID_ITEMS, Case, at_path, check_event, dumps, fixed_cases,
