@@ -120,6 +120,10 @@ class SttResult:
     audio_seconds: float
     compute_seconds: float
     figures: Mapping[Figure, float] = field(default_factory=dict)
+    #: Other words the model heard in the same audio, where it was unsure (faster-whisper:
+    #: the fitted window's decode that was set aside for its doubt, when the 30 s window
+    #: heard something else). The learned end of turn scores every reading.
+    other_readings: tuple[str, ...] = ()
 
     @property
     def real_time_factor(self) -> float:

@@ -82,6 +82,9 @@ class Transcript(Message):
     t_speech_end: float
     revision: int = 0
     request: ReplyRequest | None = None
+    #: Other readings of the same speech where the STT was unsure of its words
+    #: (``SttResult.other_readings``): the learned end of turn scores each.
+    other_readings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

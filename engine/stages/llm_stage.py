@@ -94,7 +94,7 @@ class LlmStage(Stage[LlmModel]):
         config = self.ctx.config.llm  # one settings snapshot for the whole reply
         if (self.ctx.config.turns.end_of_turn is EndOfTurn.LEARNED and msg.text
                 and not self.ctx.held.committed(turn) and self.model.end_of_turn_signal()):
-            self._score_turn_end(turn, gen, msg.text)
+            self._score_turn_end(turn, gen, (msg.text, *msg.other_readings))
         options = dataclasses.replace(
             GenerationOptions.from_config(config),
             tools=request.tools if request.tool_choice != "none" else (),
@@ -168,14 +168,22 @@ class LlmStage(Stage[LlmModel]):
             self.ctx.held.emit(turn, gen, ToolCallsMade(unit, turn, calls))
         yield self._chunk(turn, gen, rest, last=True, speak=speak)
 
-    def _score_turn_end(self, turn: int, gen: int, text: str) -> None:
+    def _score_turn_end(self, turn: int, gen: int, readings: tuple[str, ...]) -> None:
         """A speculative turn under learned end of turn: how likely the user's words end a
         sentence, for the source stage to weigh with the audio model. Scored on the words
         alone, in a session of its own (a few tokens, since revisions of a turn share their
-        start): with the conversation in the prompt the signal drifted with the history."""
+        start): with the conversation in the prompt the signal drifted with the history.
+
+        Where the STT was unsure of the words (``readings`` holds more than its text), the
+        least likely end counts: a turn commits early only when every reading of it may
+        end there. jfk.flac's first pause, heard "And so am I fellow Americans." on the
+        30 s window and "And so my fellow Americans." on the fitted one, scored 0.22 and
+        0.05 (SmolLM2-135M); the first ended the turn inside its sentence."""
         if self._scorer is None:
             self._scorer = self.model.new_session()
-        self.ctx.turn_end.post_text(turn, gen, self._scorer.sentence_end_probability(text))
+        scorer = self._scorer
+        self.ctx.turn_end.post_text(turn, gen, min(
+            scorer.sentence_end_probability(text) for text in dict.fromkeys(readings) if text))
 
     # ------------------------------------------------------------------ the history summary
     def idle(self) -> None:

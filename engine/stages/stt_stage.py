@@ -54,6 +54,18 @@ class HeardSoFar:
                 and msg.voiced_samples - self.voiced_samples >= MIN_CONTINUED_S * msg.sample_rate)
 
 
+@dataclass(frozen=True, slots=True)
+class FinalTranscription:
+    """A final segment's transcription: the model's result, the turn's text, the other
+    readings of the same words (``SttResult.other_readings``, as whole-turn texts too),
+    and the sample its decode began at (0: the whole turn)."""
+
+    result: SttResult
+    text: str
+    other_readings: tuple[str, ...]
+    decoded_from: int
+
+
 class SttStage(Stage[SttModel]):
     """Runs the shared STT model in this unit's thread."""
 
@@ -84,8 +96,9 @@ class SttStage(Stage[SttModel]):
             return
         metrics.mark(unit, msg.turn_id, Mark.STT_START, time.perf_counter(), True, msg.generation)
         waited = self.lock_waits_so_far()
-        result, text, decoded_from = self._transcribe_final(msg, options, language)
-        if msg.voiced_samples - decoded_from >= MIN_HEARD_S * msg.sample_rate:
+        final = self._transcribe_final(msg, options, language)
+        result, text = final.result, final.text
+        if msg.voiced_samples - final.decoded_from >= MIN_HEARD_S * msg.sample_rate:
             # Kept even when the revision was dropped since: it is still how the turn began.
             self._heard = HeardSoFar(msg.turn_id, msg.t_speech_start, msg.voiced_samples, text)
         if self.is_stale(msg):
@@ -104,21 +117,26 @@ class SttStage(Stage[SttModel]):
         metrics.set_transcript(unit, msg.turn_id, text, msg.generation)
         self._last_partial.pop(msg.turn_id, None)
         self.ctx.held.emit(msg.turn_id, msg.generation, FinalTranscript(unit, msg.turn_id, text))
-        yield Transcript(msg.turn_id, msg.generation, text, True, msg.t_speech_end)
+        yield Transcript(msg.turn_id, msg.generation, text, True, msg.t_speech_end,
+                         other_readings=final.other_readings)
 
     def _transcribe_final(self, msg: SpeechSegment, options: SttConfig,
-                          language: str | None) -> tuple[SttResult, str, int]:
-        """The final segment's transcription, its text, and the sample its decode began
-        at (0: the whole turn). A turn that paused and went on (``stt.continue_turn``, a
-        fitted window, a backend that ``continues_transcripts``) decodes only the audio
-        after the words heard at the pause (``HeardSoFar``), with them as context."""
+                          language: str | None) -> FinalTranscription:
+        """The final segment's transcription. A turn that paused and went on
+        (``stt.continue_turn``, a fitted window, a backend that ``continues_transcripts``)
+        decodes only the audio after the words heard at the pause (``HeardSoFar``), with
+        them as context."""
         heard = self._heard
         if (heard is not None and options.continue_turn and options.fit_window_s is not None
                 and heard.continued_by(msg) and self.model.continues_transcripts()):
             result = self.model.continue_transcript(msg.audio[heard.voiced_samples:], heard.text,
                                                     language, options.beam_size,
                                                     options.fit_window_s)
-            return result, f"{heard.text} {result.text.strip()}".strip(), heard.voiced_samples
+            return FinalTranscription(
+                result, f"{heard.text} {result.text.strip()}".strip(),
+                tuple(f"{heard.text} {other.strip()}".strip() for other in result.other_readings),
+                heard.voiced_samples)
         result = self.model.transcribe(msg.audio, language, options.beam_size,
                                        options.fit_window_s)
-        return result, result.text.strip(), 0
+        return FinalTranscription(result, result.text.strip(),
+                                  tuple(other.strip() for other in result.other_readings), 0)

@@ -132,7 +132,28 @@ def test_full_keeps_the_30_s_window(fw, jfk16k, monkeypatch):
         raise AssertionError("window full must not take the fitted path")
 
     monkeypatch.setattr(fw.fitted, "transcribe", refuse)
+    monkeypatch.setattr(fw.fitted, "decode", refuse)
     assert JFK_WORDS in normalize_spelled(fw.transcribe(jfk16k, "en", 1, None).text)
+
+
+def test_a_decode_set_aside_for_doubt_goes_on_as_another_reading(fw, jfk16k, monkeypatch):
+    from engine.backends.stt import whisper_window
+
+    kept = fw.transcribe(jfk16k, "en", 1, FIT)
+    assert kept.other_readings == ()  # the fitted window was sure: one reading
+    monkeypatch.setattr(whisper_window, "UNSURE_LOGPROB", 0.0)  # now every decode is unsure
+    decoded = fw.fitted.decode(jfk16k, "en", 1, FIT)
+    assert decoded is not None and not decoded.kept and decoded.unsure_reading == kept.text
+
+    class Heard:  # what the 30 s window (faster-whisper's transcribe) hears instead
+        text = " And so my fellow Americans, ask what your country can do for you."
+
+    monkeypatch.setattr(fw._model, "transcribe", lambda audio, **options: (iter([Heard()]), None))
+    other = fw.transcribe(jfk16k, "en", 1, FIT)
+    assert other.text == Heard.text.strip() and other.other_readings == (decoded.text,)
+    # The same words with other punctuation are one reading.
+    Heard.text = " " + decoded.text.upper().replace(",", "")
+    assert fw.transcribe(jfk16k, "en", 1, FIT).other_readings == ()
 
 
 def test_audio_longer_than_30_s_takes_the_30_s_window(fw):

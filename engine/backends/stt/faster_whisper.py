@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.backends.base import LoadRequest, Progress, SttModel, SttResult
-from engine.backends.stt.whisper_window import FittedWhisper
+from engine.backends.stt.whisper_window import FittedWhisper, plain_words
 from engine.errors import AudioInputError, ConfigError, DeviceError, ModelError
 from engine.runtime.memory import file_bytes
 
@@ -165,17 +165,22 @@ class FasterWhisperStt(SttModel):
         start = time.perf_counter()
         if audio.size == 0:
             return SttResult("", 0.0, 0.0)
+        unsure = None
         if fit_window_s is not None:
-            text = self.fitted.transcribe(audio, language, beam_size, fit_window_s, previous)
-            if text is not None:
-                return SttResult(text, seconds, time.perf_counter() - start)
+            decoded = self.fitted.decode(audio, language, beam_size, fit_window_s, previous)
+            if decoded is not None and decoded.kept:
+                return SttResult(decoded.text, seconds, time.perf_counter() - start)
+            unsure = decoded.unsure_reading if decoded is not None else None
         segments, _info = self._model.transcribe(
             audio, language=language, beam_size=beam_size, temperature=0.0,
             vad_filter=False, without_timestamps=True, condition_on_previous_text=False,
             initial_prompt=previous.strip() or None,
         )
         text = "".join(segment.text for segment in segments).strip()
-        return SttResult(text, seconds, time.perf_counter() - start)
+        # Where the two windows heard different words, Whisper was unsure of them: both
+        # readings go on (the learned end of turn weighs each), the 30 s one as the text.
+        others = (unsure,) if unsure is not None and plain_words(unsure) != plain_words(text) else ()
+        return SttResult(text, seconds, time.perf_counter() - start, other_readings=others)
 
     def warmup(self) -> SttResult:
         """Transcribe 1 s of silence in both windows: the first call pays one-off setup

@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 import threading
 import zlib
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -90,12 +91,17 @@ def compression_ratio(text: str) -> float:
     return len(data) / len(zlib.compress(data)) if data else 0.0
 
 
+def plain_words(text: str) -> list[str]:
+    """``text``'s words in lower case, without punctuation (apostrophes kept)."""
+    words = ("".join(c for c in w.lower() if c.isalnum() or c == "'") for w in text.split())
+    return [w for w in words if w]
+
+
 def repeats_phrase(text: str) -> bool:
     """True when a word or phrase comes twice in a row ("and so and so", "Hello? Hello?"):
     Whisper's loops on short windows. Case and punctuation are ignored. Speech that really
     repeats itself ("bye bye") is flagged too; the caller pays a 30 s decode for it."""
-    words = ["".join(c for c in w.lower() if c.isalnum() or c == "'") for w in text.split()]
-    words = [w for w in words if w]
+    words = plain_words(text)
     for size in range(1, len(words) // 2 + 1):
         for start in range(len(words) - 2 * size + 1):
             if words[start:start + size] == words[start + size:start + 2 * size]:
@@ -107,6 +113,22 @@ def looks_looped(text: str, tokens: int, budget: int) -> bool:
     """The decode ran into its bound, compresses like a loop, or repeats a phrase."""
     return (tokens >= budget or compression_ratio(text) > COMPRESSION_RATIO_THRESHOLD
             or repeats_phrase(text))
+
+
+@dataclass(frozen=True, slots=True)
+class FittedDecode:
+    """One decode on the fitted window. ``kept`` False: the caller decodes the 30 s window
+    instead, because the text ``looped`` or its decoder was unsure of it; an unsure text
+    that did not loop is still a reading of the audio (``SttResult.other_readings``)."""
+
+    text: str
+    kept: bool
+    looped: bool
+
+    @property
+    def unsure_reading(self) -> str | None:
+        """The text, where it was set aside only for the decoder's doubt; else None."""
+        return self.text if not self.kept and not self.looped and self.text else None
 
 
 class FittedWhisper:
@@ -193,6 +215,14 @@ class FittedWhisper:
         ``previous``: the words just before ``audio``, given to the decoder as Whisper's
         earlier text (``<|startofprev|>``, its last ``MAX_PREVIOUS_TOKENS`` tokens), as
         faster-whisper's ``initial_prompt`` does; the result is the new words only."""
+        decoded = self.decode(audio, language, beam_size, min_window_s, previous)
+        return decoded.text if decoded is not None and decoded.kept else None
+
+    def decode(self, audio: np.ndarray, language: str | None, beam_size: int,
+               min_window_s: float, previous: str = "") -> FittedDecode | None:
+        """``transcribe``'s decode with its verdict: None where no fitted decode was made
+        (audio longer than 30 s, an unsure language detection), else the text and whether
+        it can be kept; one that cannot counts in ``fallbacks``."""
         window = self.features(audio, min_window_s)
         if window is None:
             return None
@@ -218,9 +248,11 @@ class FittedWhisper:
         # faster-whisper's average log-probability, from the length-normalised score.
         avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
         if result.no_speech_prob > NO_SPEECH_THRESHOLD and avg_logprob < LOG_PROB_THRESHOLD:
-            return ""
+            return FittedDecode("", kept=True, looped=False)
         text = tokenizer.decode(tokens).strip()
-        if avg_logprob < UNSURE_LOGPROB or looks_looped(text, len(tokens), budget):
+        looped = looks_looped(text, len(tokens), budget)
+        decoded = FittedDecode(text, kept=not looped and avg_logprob >= UNSURE_LOGPROB,
+                               looped=looped)
+        if not decoded.kept:
             self.fallbacks += 1
-            return None
-        return text
+        return decoded
