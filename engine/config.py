@@ -221,14 +221,14 @@ class TurnConfig:
         metadata=_range(0.1, 10.0, "seconds between partials", runtime=True))
     barge_in: BargeIn = field(default=BargeIn.FULL_DUPLEX,
         metadata=_range(help="barge-in mode", runtime=True))
-    # Silence by default. Learned (the text signal on the user's words alone, the least
-    # sure of the STT's readings) cut no recording of resources/audio inside a sentence
-    # (24 ends, 2 runs) and commits most finished turns 0.5-0.6 s after speech, but its
-    # mean wait on them was 0.80-0.84 s, over the 0.6 s bar: SmolLM2-135M's text signal
-    # and Smart Turn cannot tell "Since the commencement of the season." or "One, two,
-    # three." from jfk's first pause (1.06 s long), so those wait for the grace
-    # (bench turn-taking, 2026-12-04).
-    end_of_turn: EndOfTurn = field(default=EndOfTurn.SILENCE, metadata=_range(
+    # Auto (learned where Smart Turn is installed) by default. Learned (the text signal on
+    # the user's words alone, the least sure of the STT's readings) cut no recording of
+    # resources/audio inside a sentence (24 ends, 2 runs) and commits most finished turns
+    # 0.5-0.6 s after speech; its mean wait on them was 0.80-0.84 s against silence's
+    # 1.26 s. It misses 0.6 s because SmolLM2-135M's text signal and Smart Turn cannot tell
+    # "Since the commencement of the season." or "One, two, three." from jfk's first pause
+    # (1.06 s long), so those wait for the grace (bench turn-taking, 2026-12-04).
+    end_of_turn: EndOfTurn = field(default=EndOfTurn.AUTO, metadata=_range(
         help="what ends a turn: silence, learned (Smart Turn audio model + LLM text signal), "
              "manual (an explicit commit), or auto (learned where installed)", runtime=True))
     end_of_turn_threshold: float = field(default=0.25, metadata=_range(0.01, 0.99,

@@ -79,10 +79,13 @@ def test_barge_in_stops_the_reply_and_the_llm(registry, one_two_three_path, jfk_
     # A prompt that makes SmolLM2 write ~120 tokens, so the reply is still being generated
     # when the user speaks again, 0.4 s into its playback: on transformers (~20 tokens/s),
     # since onnx-genai (~150 tokens/s) finishes it first. onnx-genai's cancellation per
-    # token is tested in tests/backends/test_onnx_genai_llm.py.
+    # token is tested in tests/backends/test_onnx_genai_llm.py. Silence ends the turn:
+    # transformers' SmolLM2 (fp32) gives jfk's first pause a text signal of 0.116 where
+    # onnx-genai's int4 gives 0.049, and the learned end of turn may end the question
+    # there; tests/stages/test_turn_end.py is where the learned decision is tested.
     engine, turns, rec, sink = run_live(registry, None, source_for=lambda sink: SpeakWhenReplyPlays(
         np.concatenate([question, silence(1.5)]), interruption, sink), overrides={
-        "turns.barge_in": "full-duplex", "llm.backend": "transformers",
+        "turns.barge_in": "full-duplex", "llm.backend": "transformers", "turns.end_of_turn": "silence",
         "llm.max_new_tokens": "120", "llm.max_sentences": "50",
         "llm.system_prompt": "Write a long essay about the user's words."})
     first, second = turns[0], turns[-1]
