@@ -65,9 +65,10 @@ def test_speculative_segment_then_reopen_then_commit():
     assert commit.speculated and commit.audio.size == final_seg.audio.size
     # Silence is zeros in these frames: what was sent is what the turn holds.
     assert np.array_equal(commit.audio, final_seg.audio)
-    # The speculative segment goes out after speculative_start_ms (200), well before the
-    # segment ends (min_silence, 500 ms here) and the commit.
-    assert events[1][0] - first_seg.t_speech_end == pytest.approx(0.2, abs=2 * FRAME_S)
+    # The speculative segment goes out after speculative_start_ms (the default), well
+    # before the segment ends (min_silence, 500 ms here) and the commit.
+    start_s = TurnConfig().speculative_start_ms / 1000
+    assert events[1][0] - first_seg.t_speech_end == pytest.approx(start_s, abs=2 * FRAME_S)
     # Each segment says where its speech ends in its audio (the rest is the padding):
     # the later one begins with the earlier one's speech and the pause after it.
     for segment in (first_seg, final_seg, commit):
