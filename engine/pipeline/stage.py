@@ -33,6 +33,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Generic, TypeVar
 
 from engine.audio.base import AudioBlock, AudioSource
@@ -43,6 +44,7 @@ from engine.errors import ParleyError, describe_failure, is_out_of_memory, relea
 from engine.pipeline.events import EngineError, Event, EventHub, TurnCancelled
 from engine.pipeline.messages import PLAIN_REPLY, EndOfStream, Message, SpeechSegment, TextChunk, Transcript
 from engine.pipeline.metrics import Metrics
+from engine.runtime.compute_gate import Urgency, get_compute_gate
 from engine.runtime.mlx_lock import waited_by_this_thread
 from engine.stages.end_of_turn.board import TurnEndBoard
 
@@ -56,6 +58,7 @@ _TURN_MESSAGES = (SpeechSegment, Transcript, TextChunk)
 
 #: The contract of a stage's model (``engine.backends.base``), or None for a stage without one.
 ModelT = TypeVar("ModelT", bound="Backend | None")
+T = TypeVar("T")
 
 
 class StageContext:
@@ -78,6 +81,11 @@ class StageContext:
         #: How replies are made where a client's session differs from the settings (its
         #: tools, text-only replies); a typed turn's own ``ReplyRequest`` overrides it.
         self.reply = PLAIN_REPLY
+
+    def turn_decided(self, turn_id: int, generation: int) -> bool:
+        """Whether that revision of the turn was committed or dropped: its end-of-turn
+        signals would decide nothing any more."""
+        return self.held.committed(turn_id) or self.control.is_stale(turn_id, generation)
 
     def fail_turn(self, turn_id: int) -> None:
         """End ``turn_id`` because a stage failed on it: drop its work in every stage now;
@@ -173,9 +181,27 @@ class _StageThread(Generic[ModelT]):
 
     @staticmethod
     def lock_waits_so_far() -> float:
-        """Seconds the calling thread has waited so far for the MLX lock and the models'
-        locks (a running total: two readings around some work give its lock waits)."""
+        """Seconds the calling thread has waited so far for the MLX lock, the models'
+        locks and the compute gate (a running total: two readings around some work give
+        its lock waits)."""
         return waited_by_this_thread()
+
+    def computing(self, urgency: Urgency | None = None,
+                  give_up: Callable[[], bool] | None = None) -> AbstractContextManager[bool]:
+        """Hold the CPU's compute gate for one call of this stage's model, where the
+        model computes on the CPU (``engine.runtime.compute_gate``); else nothing. Yields
+        whether the call may run: False only when ``give_up`` became true while waiting.
+        ``urgency``: the call's own, where it is not the unit's."""
+        if self.model is not None and self.model.actual_device == "cpu":
+            return get_compute_gate().hold(self.ctx.unit, urgency, give_up)
+        return nullcontext(True)
+
+    def computed(self, steps: Iterator[T]) -> Iterator[T]:
+        """``steps`` (a model's stream: LLM tokens, TTS chunks), each computed holding the
+        compute gate where the model computes on the CPU."""
+        if self.model is not None and self.model.actual_device == "cpu":
+            return get_compute_gate().steps(steps, self.ctx.unit)
+        return steps
 
     def start(self) -> None:
         self._thread.start()

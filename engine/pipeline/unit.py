@@ -71,7 +71,8 @@ class PipelineUnit:
         self.turn_scorer = None
         if turn_model is not None:
             self.turn_scorer = AudioScorer(f"parley-u{unit}-turn", turn_model.probability,
-                                           self.ctx.turn_end, self._turn_scorer_failed)
+                                           self.ctx.turn_end, self._turn_scorer_failed,
+                                           self.ctx.turn_decided)
             self.vad.audio_scorer = self.turn_scorer
 
     @property

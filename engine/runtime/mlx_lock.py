@@ -256,7 +256,7 @@ class MlxLock:
             requested = self._clock()
             got = mutex.acquire(True, -1 if timeout is None else max(0.0, timeout))
             now = self._clock()
-            _waits.seconds = getattr(_waits, "seconds", 0.0) + (now - requested)
+            add_wait_of_this_thread(now - requested)
             if not got:
                 self._timed_out(stage, unit, timeout, now)
             self._held = (stage, unit, requested, now, me, True)
@@ -414,6 +414,12 @@ def waited_by_this_thread() -> float:
     thread (the MLX lock and every model lock; uncontended acquisitions add nothing).
     A running total: the difference of two readings is the wait in between."""
     return getattr(_waits, "seconds", 0.0)
+
+
+def add_wait_of_this_thread(seconds: float) -> None:
+    """Count ``seconds`` the calling thread waited for another shared resource (the
+    compute gate) in ``waited_by_this_thread``: the budget's lock waits include it."""
+    _waits.seconds = getattr(_waits, "seconds", 0.0) + seconds
 _registry_guard = threading.Lock()
 _all_locks: weakref.WeakSet[MlxLock] = weakref.WeakSet()  # for the guard's "any lock" check
 

@@ -17,6 +17,7 @@ from engine.pipeline.events import EngineError, HistorySummarized, ReplyText, To
 from engine.pipeline.messages import Message, ReplyRequest, TextChunk, Transcript
 from engine.pipeline.metrics import Figure, Mark
 from engine.pipeline.stage import Stage, StageContext
+from engine.runtime.compute_gate import Urgency, get_compute_gate
 from engine.stages.summary import NOTE_TOKENS, clean_note, grow_summary, note_messages
 
 log = logging.getLogger("parley.llm")
@@ -119,10 +120,12 @@ class LlmStage(Stage[LlmModel]):
         def first_piece() -> None:
             figure(Figure.LLM_FIRST_CHUNK_COMPUTE_S, time.perf_counter() - start)
             figure(Figure.LLM_LOCK_WAIT_S, self.lock_waits_so_far() - waited)
+            if not speak:  # its text is what the user waited for (TTS marks spoken ones)
+                get_compute_gate().set_urgency(unit, Urgency.REPLY)
 
         messages = self._messages(msg, request, config)
         figure(Figure.LLM_HISTORY_TURNS, max(0, sum(m["role"] == "user" for m in messages) - 1))
-        for step in self.session.generate(messages, options, should_stop):
+        for step in self.computed(self.session.generate(messages, options, should_stop)):
             if step.tokens == 1:
                 metrics.mark(unit, turn, Mark.LLM_FIRST_TOKEN, time.perf_counter(), True, gen)
                 metrics.figure_once(unit, turn, Figure.LLM_FIRST_TOKEN_S,
@@ -182,8 +185,13 @@ class LlmStage(Stage[LlmModel]):
         if self._scorer is None:
             self._scorer = self.model.new_session()
         scorer = self._scorer
-        self.ctx.turn_end.post_text(turn, gen, min(
-            scorer.sentence_end_probability(text) for text in dict.fromkeys(readings) if text))
+        # Under load the grace may end while this waits for the CPU: then it is moot.
+        with self.computing(give_up=lambda: self.ctx.turn_decided(turn, gen)) as may_run:
+            if not may_run:
+                return
+            probability = min(scorer.sentence_end_probability(text)
+                              for text in dict.fromkeys(readings) if text)
+        self.ctx.turn_end.post_text(turn, gen, probability)
 
     # ------------------------------------------------------------------ the history summary
     def idle(self) -> None:
@@ -222,7 +230,8 @@ class LlmStage(Stage[LlmModel]):
             metrics.mark(unit, turn, Mark.SUMMARY_START, time.perf_counter(), overwrite=True)
         pieces: list[str] = []
         try:
-            for step in self._summarizer.generate(note_messages(work.items), options, should_stop):
+            for step in self.computed(self._summarizer.generate(note_messages(work.items),
+                                                                options, should_stop)):
                 pieces.append(step.text)
         except Exception as exc:  # the conversation goes on without it (logged, reported)
             self._summary_failed = turn

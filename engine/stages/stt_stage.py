@@ -12,6 +12,7 @@ from engine.pipeline.events import FinalTranscript, PartialTranscript
 from engine.pipeline.messages import Message, SpeechSegment, Transcript
 from engine.pipeline.metrics import Figure, Mark
 from engine.pipeline.stage import Stage, StageContext
+from engine.runtime.compute_gate import Urgency
 from engine.stages.vad_stage import PartialSequence
 
 
@@ -86,8 +87,15 @@ class SttStage(Stage[SttModel]):
             if msg.revision < self.partials.latest:
                 metrics.dropped_stale("stt-partial")
                 return  # a newer partial (or the final segment) is already on its way
-            result = self.model.transcribe(msg.audio, language, options.beam_size,
-                                           options.fit_window_s)
+            # After every turn's reply work; dropped once a newer partial or the final
+            # segment is on its way (the final one waits in this stage's inbox).
+            with self.computing(Urgency.LISTENING,
+                                lambda: msg.revision < self.partials.latest) as may_run:
+                if not may_run or msg.revision < self.partials.latest:
+                    metrics.dropped_stale("stt-partial")
+                    return
+                result = self.model.transcribe(msg.audio, language, options.beam_size,
+                                               options.fit_window_s)
             if self.is_stale(msg) or msg.revision < self.partials.final:
                 return
             stable, unstable = stable_prefix(self._last_partial.get(msg.turn_id, ""), result.text)
@@ -96,7 +104,8 @@ class SttStage(Stage[SttModel]):
             return
         metrics.mark(unit, msg.turn_id, Mark.STT_START, time.perf_counter(), True, msg.generation)
         waited = self.lock_waits_so_far()
-        final = self._transcribe_final(msg, options, language)
+        with self.computing():
+            final = self._transcribe_final(msg, options, language)
         result, text = final.result, final.text
         if msg.voiced_samples - final.decoded_from >= MIN_HEARD_S * msg.sample_rate:
             # Kept even when the revision was dropped since: it is still how the turn began.

@@ -16,6 +16,7 @@ from engine.pipeline.messages import AudioOut, Message, TextChunk
 from engine.pipeline.metrics import Figure, Mark
 from engine.stages.speech_text import speakable
 from engine.pipeline.stage import Stage, StageContext
+from engine.runtime.compute_gate import Urgency, get_compute_gate
 
 
 class TtsStage(Stage[TtsModel]):
@@ -36,13 +37,14 @@ class TtsStage(Stage[TtsModel]):
             waited = self.lock_waits_so_far()
             audio_s = 0.0
             clause = msg.text  # on the clause's first chunk: playback learns what is heard when
-            for chunk in self.model.synthesize(text, lambda: self.is_stale(msg), options.voice,
-                                               options.speed):
+            for chunk in self.computed(self.model.synthesize(
+                    text, lambda: self.is_stale(msg), options.voice, options.speed)):
                 if self.is_stale(msg):
                     return
                 now = time.perf_counter()
                 if metrics.figure_once(unit, turn, Figure.TTS_FIRST_COMPUTE_S, now - start, gen):
                     metrics.mark(unit, turn, Mark.TTS_FIRST_AUDIO, now, generation=gen)
+                    get_compute_gate().set_urgency(unit, Urgency.REPLY)  # someone hears it now
                     metrics.figure(unit, turn, Figure.TTS_LOCK_WAIT_S,
                                    self.lock_waits_so_far() - waited, generation=gen)
                     metrics.figure(unit, turn, Figure.QUEUE_WAIT_S, self.queue_wait_s, True, gen)

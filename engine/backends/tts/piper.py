@@ -7,15 +7,17 @@ goes through huggingface_hub and needs the hub or its local cache.
 Threads: the shared ``PiperVoice`` needs no lock. onnxruntime's ``run`` is thread-safe,
 and piper serialises its espeak-ng phonemizer (a process-wide C library) with its own
 lock; ``synthesize`` keeps no other state on the voice. The ONNX session is built here
-rather than by ``PiperVoice.load`` so that its thread pool can be sized (see
-``_intra_op_threads``).
+rather than by ``PiperVoice.load`` so that its thread pool can be sized: a CPU model
+call has the cores to itself (``engine.runtime.compute_gate``), so it takes them. Measured
+on the 2-core CI machine (joe-medium, a 1.7 s clause / a 4.3 s sentence): one thread
+130 / 345 ms, two threads 80-130 / 200-280 ms with the other core idle, but up to 220 /
+470 ms while another stage kept it busy, as it did before the gate serialized them.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +26,7 @@ import numpy as np
 
 from engine.backends.base import LoadRequest, Progress, TtsChunk, TtsModel
 from engine.backends.onnx_device import onnx_actual_device, onnx_providers
+from engine.runtime.compute_gate import threads_per_call
 from engine.runtime.devices import Device
 from engine.errors import ConfigError, DeviceError, ModelError
 from engine.runtime.memory import file_bytes
@@ -49,21 +52,6 @@ def bundled_model() -> str | None:
     path = Path(next(iter(spec.submodule_search_locations))) / "data" / _BUNDLED_FILE
     config = path.with_name(path.name + ".json")
     return str(path) if path.is_file() and config.is_file() else None
-
-
-def _intra_op_threads() -> int:
-    """One thread on a machine with two cores or fewer, else two.
-
-    Measured on the 2-core CI machine (joe-medium, a 1.7 s clause / a 4.3 s sentence):
-    one thread takes a steady 130 / 345 ms whether or not the other core is busy; two
-    threads take 80-130 / 200-280 ms with the other core idle but up to 220 / 470 ms
-    while another stage (the LLM) keeps it busy, which is when TTS runs in a pipeline.
-    """
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        cores = os.cpu_count() or 1
-    return 1 if cores <= 2 else 2
 
 
 def _voice_files(model: str) -> tuple[Path, Path]:
@@ -201,7 +189,7 @@ def load(request: LoadRequest, progress: Progress) -> PiperTts:
     progress(None, f"loading Piper voice {name} on {device}")
 
     options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = _intra_op_threads()
+    options.intra_op_num_threads = threads_per_call()
     options.inter_op_num_threads = 1
     # Idle pool threads would otherwise spin for a while after each run, on a core
     # another stage is waiting for.

@@ -10,6 +10,7 @@ so a reopened turn never sees the scores of its dropped revision.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
@@ -17,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
+from engine.runtime.compute_gate import get_compute_gate
 
 log = logging.getLogger("parley.end_of_turn")
 
@@ -72,14 +75,18 @@ class AudioScorer:
     """One thread that scores turn audio with the audio model; the newest request wins.
 
     ``score(audio) -> probability`` is the shared model's call; results go to ``board``.
+    ``moot(turn_id, generation)``: whether that revision no longer needs a score (it was
+    committed or dropped); a request still waiting for the CPU then ends unscored.
     Started and joined by the pipeline unit.
     """
 
     def __init__(self, name: str, score: Callable[[np.ndarray], float], board: TurnEndBoard,
-                 on_error: Callable[[str], None]) -> None:
+                 on_error: Callable[[str], None],
+                 moot: Callable[[int, int], bool] = lambda turn_id, generation: False) -> None:
         self._score = score
         self._board = board
         self._on_error = on_error
+        self._moot = moot
         self._cond = threading.Condition()
         self._request: tuple[int, int, np.ndarray] | None = None
         self._stopping = False
@@ -117,7 +124,14 @@ class AudioScorer:
                     return
                 turn_id, generation, audio = request
             try:
-                self._board.post_audio(turn_id, generation, self._score(audio))
+                # The CPU's gate, as the stages' model calls. Under load a score can come
+                # after the grace ended: it would decide nothing and delay other replies.
+                moot = functools.partial(self._moot, turn_id, generation)
+                with get_compute_gate().hold(give_up=moot) as may_run:
+                    if not may_run:
+                        continue
+                    probability = self._score(audio)
+                self._board.post_audio(turn_id, generation, probability)
             except Exception as exc:  # a failed score leaves the grace to decide (logged)
                 log.exception("end-of-turn audio scoring failed")
                 self._on_error(f"{type(exc).__name__}: {exc}")

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.errors import MissingDependencyError, ModelError
+from engine.runtime.compute_gate import threads_per_call
 
 SAMPLE_RATE = 16000
 WINDOW_S = 8
@@ -56,7 +57,7 @@ class SmartTurn:
     """The loaded model; ``probability(audio)`` is thread-safe (onnxruntime's run is)."""
 
     def __init__(self, model_path: Path | None = None, features_path: Path | None = None,
-                 threads: int = 1) -> None:
+                 threads: int | None = None) -> None:
         import onnxruntime
 
         if model_path is None:
@@ -72,7 +73,8 @@ class SmartTurn:
             raise ModelError(f"Smart Turn feature extractor {features_path} cannot be loaded: "
                              f"{exc}") from None
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
+        # Its call has the CPU to itself (engine.runtime.compute_gate): all of it.
+        options.intra_op_num_threads = threads_per_call() if threads is None else threads
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
