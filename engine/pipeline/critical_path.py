@@ -48,7 +48,7 @@ class Segment(enum.StrEnum):
     LLM_FIRST_CLAUSE = ("llm_first_clause_s", "LLM first token to first clause", False)
     TTS_FIRST_CHUNK = ("tts_first_chunk_s", "TTS first chunk", False)
     COMMIT_WAIT = ("commit_wait_s", "wait for the turn to commit", True)
-    LOCK_WAIT = ("lock_wait_s", "lock waits (MLX / model locks)", True)
+    LOCK_WAIT = ("lock_wait_s", "lock waits (MLX, model locks, CPU gate)", True)
     QUEUE_WAIT = ("queue_wait_s", "queue waits (stage busy)", True)
     ENGINE_OVERHEAD = ("engine_overhead_s", "engine overhead (hand-offs)", False)
     TO_SPEAKER = ("to_speaker_s", "to the speaker", False)

@@ -82,10 +82,15 @@ class StageContext:
         #: tools, text-only replies); a typed turn's own ``ReplyRequest`` overrides it.
         self.reply = PLAIN_REPLY
 
-    def turn_decided(self, turn_id: int, generation: int) -> bool:
-        """Whether that revision of the turn was committed or dropped: its end-of-turn
-        signals would decide nothing any more."""
-        return self.held.committed(turn_id) or self.control.is_stale(turn_id, generation)
+    def end_of_turn_moot(self, turn_id: int, generation: int) -> bool:
+        """Whether that revision's end-of-turn signals are no longer worth computing: the
+        turn was committed or the revision dropped, or other units' replies hold the CPU
+        past the time they had to start (``TurnEndBoard.scores_wanted``). A unit alone
+        always gets its signals, however long its own transcription took."""
+        if self.held.committed(turn_id) or self.control.is_stale(turn_id, generation):
+            return True
+        return (not self.turn_end.scores_wanted(turn_id, generation)
+                and get_compute_gate().others_ahead(self.unit))
 
     def fail_turn(self, turn_id: int) -> None:
         """End ``turn_id`` because a stage failed on it: drop its work in every stage now;

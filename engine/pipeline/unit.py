@@ -72,7 +72,7 @@ class PipelineUnit:
         if turn_model is not None:
             self.turn_scorer = AudioScorer(f"parley-u{unit}-turn", turn_model.probability,
                                            self.ctx.turn_end, self._turn_scorer_failed,
-                                           self.ctx.turn_decided)
+                                           self.ctx.end_of_turn_moot)
             self.vad.audio_scorer = self.turn_scorer
 
     @property

@@ -115,6 +115,7 @@ class ComputeGate:
         self._waiting: dict[int, _Waiter] = {}  # by ticket: arrival order
         self._tickets = itertools.count()
         self._handoffs: dict[int, _Handoff] = {}  # by unit: places just given back
+        self._holders: list[int | None] = []  # the unit of each call holding a place
         self._depth = threading.local()
 
     def set_urgency(self, unit: int, urgency: Urgency, since: float | None = None) -> None:
@@ -128,6 +129,15 @@ class ComputeGate:
         """What ``unit`` declared last (``Urgency.REPLY`` before anything)."""
         with self._cond:
             return self._standing_of(unit).urgency
+
+    def others_ahead(self, unit: int) -> bool:
+        """Whether another unit more urgent than ``unit`` computes or waits to: this
+        unit's calls then wait for it."""
+        with self._cond:
+            mine = self._standing_of(unit)
+            busy = {*self._holders, *(w.unit for w in self._waiting.values())} - {unit, None}
+            return any((self._standing_of(other).urgency, self._standing_of(other).since)
+                       < (mine.urgency, mine.since) for other in busy)
 
     @contextmanager
     def hold(self, unit: int | None = None, urgency: Urgency | None = None,
@@ -215,6 +225,7 @@ class ComputeGate:
             finally:
                 del self._waiting[ticket]
             self._free -= 1
+            self._holders.append(waiter.unit)
             if waiter.unit is not None:
                 self._handoffs.pop(waiter.unit, None)
             self._cond.notify_all()  # the next waiter may take another free place
@@ -224,6 +235,7 @@ class ComputeGate:
     def _release(self, unit: int | None) -> None:
         with self._cond:
             self._free += 1
+            self._holders.remove(unit)
             if unit is not None and self._handoff_s > 0:
                 self._handoffs[unit] = _Handoff(unit, self._clock() + self._handoff_s)
             self._cond.notify_all()

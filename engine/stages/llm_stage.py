@@ -186,7 +186,7 @@ class LlmStage(Stage[LlmModel]):
             self._scorer = self.model.new_session()
         scorer = self._scorer
         # Under load the grace may end while this waits for the CPU: then it is moot.
-        with self.computing(give_up=lambda: self.ctx.turn_decided(turn, gen)) as may_run:
+        with self.computing(give_up=lambda: self.ctx.end_of_turn_moot(turn, gen)) as may_run:
             if not may_run:
                 return
             probability = min(scorer.sentence_end_probability(text)

@@ -34,7 +34,7 @@ from engine.pipeline.playback import Playback
 from engine.pipeline.stage import SourceStage, StageContext
 from engine.runtime.compute_gate import Urgency, get_compute_gate
 from engine.stages.end_of_turn.board import AudioScorer, TurnScores
-from engine.stages.end_of_turn.decide import commit_early
+from engine.stages.end_of_turn.decide import commit_early, scores_start_by
 from engine.stages.turns import Committed, Partial, Reopened, SegmentEnded, Started, TurnDetector, TurnEvent
 
 _HEALTH_POLL_S = 0.1  # how often the devices' health is collected
@@ -221,6 +221,9 @@ class VadStage(SourceStage[VadModel]):
             self._decided_early = False
             self._segment_generation = ctx.control.generation
             self._segment_end = event.t_speech_end
+            if self._config.turns.end_of_turn is EndOfTurn.LEARNED:
+                ctx.turn_end.expect(self.turn_id, self._segment_generation,
+                                    scores_start_by(self._config.vad, self._config.turns))
             yield self._final(event)
             if self.audio_scorer is not None and self._config.turns.end_of_turn is EndOfTurn.LEARNED:
                 # At once: its few tens of ms on the CPU are then done by the time the

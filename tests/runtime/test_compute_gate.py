@@ -243,3 +243,16 @@ def test_the_process_gate_is_lazy_and_injectable_and_slots_follow_the_cores(monk
         compute_gate.set_compute_gate(old)
     with pytest.raises(ValueError, match="at least 1 slot"):
         ComputeGate(0)
+
+
+def test_others_ahead_names_a_more_urgent_unit_computing_or_waiting():
+    gate = ComputeGate(1, handoff_s=0.0)
+    gate.set_urgency(1, Urgency.FIRST_AUDIO, since=1.0)
+    gate.set_urgency(2, Urgency.FIRST_AUDIO, since=2.0)
+    assert not gate.others_ahead(2)  # nobody computes
+    with gate.hold(2):
+        assert not gate.others_ahead(2)  # its own call is not another unit's
+        assert gate.others_ahead(1) is False  # unit 2 is less urgent than unit 1
+    with gate.hold(1):
+        assert gate.others_ahead(2)
+    assert not gate.others_ahead(2)

@@ -91,3 +91,50 @@ def test_a_cpu_models_call_waits_for_the_gate_and_a_remote_ones_does_not(gate):
     finally:
         busy.end()
     assert texts == ["Hello there."]
+
+
+def test_an_audio_score_still_waiting_when_its_turn_is_decided_is_never_computed(gate):
+    from engine.stages.end_of_turn.board import AudioScorer, TurnEndBoard
+
+    board, calls, decided = TurnEndBoard(), [], threading.Event()
+    scorer = AudioScorer("parley-u3-turn", lambda audio: calls.append(audio.size) or 0.9,
+                         board, lambda message: None,
+                         lambda turn_id, generation: decided.is_set())
+    scorer.start()
+    busy = _Busy(gate)  # another unit's reply work has the CPU
+    try:
+        scorer.submit(1, 0, np.zeros(10, np.float32))
+        time.sleep(0.1)
+        assert not calls
+        decided.set()  # the grace ended (or the user went on) meanwhile
+        time.sleep(0.15)  # past the gate's poll of give_up
+    finally:
+        busy.end()
+    scorer.submit(2, 0, np.zeros(20, np.float32))  # a later turn is scored as usual
+    deadline = time.monotonic() + 5
+    while board.scores(2, 0).audio is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert scorer.stop(5)
+    assert calls == [20]
+    assert board.scores(1, 0).audio is None and board.scores(2, 0).audio == pytest.approx(0.9)
+
+
+def test_end_of_turn_scores_that_cannot_start_in_time_are_not_wanted():
+    from engine.config import TurnConfig, VadConfig
+    from engine.stages.end_of_turn.board import TurnEndBoard
+    from engine.stages.end_of_turn.decide import SCORES_START_WITHIN, scores_start_by
+
+    vad, turns = VadConfig(min_silence_ms=300), TurnConfig(reopen_grace_ms=900,
+                                                            speculative_start_ms=100)
+    # At the speculative start 1.1 s of the grace are left: half of it to start the scores.
+    assert scores_start_by(vad, turns, now=10.0) == pytest.approx(10.0 + SCORES_START_WITHIN * 1.1)
+    now = [10.0]
+    board = TurnEndBoard(clock=lambda: now[0])
+    assert board.scores_wanted(5, 0)  # nothing expected: nothing to skip
+    board.expect(5, 0, scores_start_by(vad, turns, now=10.0))
+    now[0] = 10.5
+    assert board.scores_wanted(5, 0)
+    now[0] = 10.6
+    assert not board.scores_wanted(5, 0)
+    board.forget(5)
+    assert board.scores_wanted(5, 0)

@@ -14,6 +14,7 @@ import functools
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,9 +43,27 @@ class TurnScores:
 class TurnEndBoard:
     """The scores of the turn revisions in flight; thread-safe, a few entries at most."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self._lock = threading.Lock()
+        self._clock = clock
         self._scores: dict[tuple[int, int], TurnScores] = {}
+        self._start_by: dict[tuple[int, int], float] = {}
+
+    def expect(self, turn_id: int, generation: int, start_by: float) -> None:
+        """Scores for that revision are worth computing only if they start by ``start_by``
+        (a ``clock`` time; see ``scores_wanted``)."""
+        with self._lock:
+            self._start_by[(turn_id, generation)] = start_by
+            if len(self._start_by) > 16:  # as _post's bound
+                for stale in sorted(self._start_by)[:-8]:
+                    del self._start_by[stale]
+
+    def scores_wanted(self, turn_id: int, generation: int) -> bool:
+        """False once the revision's ``expect`` time passed: a score starting later would
+        release the reply only as the grace ends (``decide.SCORES_START_WITHIN``)."""
+        with self._lock:
+            start_by = self._start_by.get((turn_id, generation))
+        return start_by is None or self._clock() <= start_by
 
     def post_audio(self, turn_id: int, generation: int, probability: float) -> None:
         self._post(turn_id, generation, audio=probability)
@@ -60,6 +79,7 @@ class TurnEndBoard:
         """The turn was decided: drop its entries (every revision)."""
         with self._lock:
             self._scores = {k: v for k, v in self._scores.items() if k[0] != turn_id}
+            self._start_by = {k: v for k, v in self._start_by.items() if k[0] != turn_id}
 
     def _post(self, turn_id: int, generation: int, **value: float) -> None:
         with self._lock:
