@@ -12,7 +12,7 @@ from engine.pipeline.critical_path import Segment
 #: The palette colour of each part of a turn's critical path (the Performance tab's bars
 #: per turn, the Benchmark tab's bars per layout).
 SEGMENT_COLORS = {
-    Segment.SILENCE_WAIT: "stage:wait", Segment.STT: "stage:stt",
+    Segment.SILENCE_WAIT: "stage:wait", Segment.STT: "stage:stt", Segment.END_OF_TURN: "stage:eot",
     Segment.LLM_FIRST_TOKEN: "stage:llm", Segment.LLM_FIRST_CLAUSE: "stage:llm_clause",
     Segment.TTS_FIRST_CHUNK: "stage:tts", Segment.COMMIT_WAIT: "stage:commit",
     Segment.LOCK_WAIT: "stage:lock", Segment.QUEUE_WAIT: "stage:queue",

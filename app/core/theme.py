@@ -114,15 +114,16 @@ TEXT_PAIRS: tuple[tuple[str, str, float], ...] = (
 )
 
 # Stages, and the parts of a turn's critical path that are no stage's work (the budget
-# bars: "commit" the wait for the turn to commit, "lock" and "queue" waits, "overhead").
+# bars: "commit" the wait for the turn to commit, "lock" and "queue" waits, "overhead",
+# "eot" the learned end of turn's text signal).
 _STAGES_LIGHT = {"wait": "#a3b1c2", "vad": "#8b5cf6", "stt": "#0ea5e9", "llm": "#f59e0b",
                  "llm_clause": "#fcd34d", "tts": "#10b981", "sink": "#64748b",
                  "output": "#64748b", "commit": "#cbd5e1", "lock": "#ef4444",
-                 "queue": "#f97316", "overhead": "#c084fc"}
+                 "queue": "#f97316", "overhead": "#c084fc", "eot": "#a3e635"}
 _STAGES_DARK = {"wait": "#7d8a99", "vad": "#a78bfa", "stt": "#38bdf8", "llm": "#fbbf24",
                 "llm_clause": "#fde68a", "tts": "#34d399", "sink": "#94a3b8",
                 "output": "#94a3b8", "commit": "#4b5563", "lock": "#f87171",
-                "queue": "#fb923c", "overhead": "#d8b4fe"}
+                "queue": "#fb923c", "overhead": "#d8b4fe", "eot": "#bef264"}
 
 LIGHT = Palette(
     name="light", dark=False,

@@ -7,7 +7,8 @@ Performance tab (a bar per turn) and Benchmark tab (a bar per layout).
 The path is walked along the turn's marks, from the end of speech to the first reply
 sample heard: the silence the VAD waited (``vad.min_silence_ms``; with
 ``turns.speculative`` off the work starts only at the commit, and this wait includes the
-reopen grace), the final STT, the LLM to its first token and on to its first clause,
+reopen grace), the final STT, the learned end of turn's text signal (an LLM pass of its own, before the
+reply's), the LLM to its first token and on to its first clause,
 TTS's first chunk, then, where the reply was ready before the turn committed, the wait
 for the commit (playback holds the audio until then), and the hand-off to the speaker. Each part is the time
 between two consecutive marks, so the parts add up to voice-to-voice exactly; a mark
@@ -44,6 +45,7 @@ class Segment(enum.StrEnum):
 
     SILENCE_WAIT = ("silence_wait_s", "silence wait (VAD end of speech)", True)
     STT = ("stt_s", "STT (final segment)", False)
+    END_OF_TURN = ("end_of_turn_s", "end-of-turn text signal (LLM)", False)
     LLM_FIRST_TOKEN = ("llm_first_token_s", "LLM to first token", False)
     LLM_FIRST_CLAUSE = ("llm_first_clause_s", "LLM first token to first clause", False)
     TTS_FIRST_CHUNK = ("tts_first_chunk_s", "TTS first chunk", False)
@@ -107,6 +109,9 @@ def critical_path(marks: Mapping[Mark, float],
          Segment.LLM_FIRST_CLAUSE, Segment.LLM_FIRST_TOKEN)
     take(Segment.LOCK_WAIT, figures.get(Figure.TTS_LOCK_WAIT_S), Segment.TTS_FIRST_CHUNK)
     out[Segment.ENGINE_OVERHEAD] = between
+    # The learned end of turn's text signal runs in the LLM stage before the reply starts.
+    take(Segment.END_OF_TURN, figures.get(Figure.EOT_TEXT_S), Segment.ENGINE_OVERHEAD)
+    take(Segment.LOCK_WAIT, figures.get(Figure.EOT_TEXT_LOCK_WAIT_S), Segment.ENGINE_OVERHEAD)
     take(Segment.QUEUE_WAIT, figures.get(Figure.QUEUE_WAIT_S), Segment.ENGINE_OVERHEAD)
     return out
 

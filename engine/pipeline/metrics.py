@@ -117,6 +117,12 @@ class Figure(enum.StrEnum):
     EOT_TEXT_P = ("end_of_turn_text_p", "end of turn: text signal", UnitOfMeasure.RATIO, "report")
     EOT_SCORE = ("end_of_turn_score", "end of turn: combined", UnitOfMeasure.RATIO, "report")
     EOT_EARLY = ("end_of_turn_early", "committed before the grace ended", UnitOfMeasure.COUNT, "report")
+    # The text signal's own LLM pass, which runs before the reply's (its compute, and
+    # what it waited for the CPU).
+    EOT_TEXT_S = ("end_of_turn_text_s", "end of turn: text signal compute", UnitOfMeasure.SECONDS,
+                  "report")
+    EOT_TEXT_LOCK_WAIT_S = ("end_of_turn_text_lock_wait_s", "end of turn: text signal lock wait",
+                            UnitOfMeasure.SECONDS, "report")
     # Time to first token, and what a remote stage (an OpenAI-compatible server) spends on
     # the network apart from the server's work: "network" is connecting (0 on a kept-alive
     # connection) plus sending the request (the audio, for STT); "headers" runs from the

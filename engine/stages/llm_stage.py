@@ -95,7 +95,13 @@ class LlmStage(Stage[LlmModel]):
         config = self.ctx.config.llm  # one settings snapshot for the whole reply
         if (self.ctx.config.turns.end_of_turn is EndOfTurn.LEARNED and msg.text
                 and not self.ctx.held.committed(turn) and self.model.end_of_turn_signal()):
+            scored, waited = time.perf_counter(), self.lock_waits_so_far()
             self._score_turn_end(turn, gen, (msg.text, *msg.other_readings))
+            waited = self.lock_waits_so_far() - waited
+            # On the critical path (the reply starts after it): its own part of the budget.
+            metrics.figure(unit, turn, Figure.EOT_TEXT_S,
+                           max(0.0, time.perf_counter() - scored - waited), generation=gen)
+            metrics.figure(unit, turn, Figure.EOT_TEXT_LOCK_WAIT_S, waited, generation=gen)
         options = dataclasses.replace(
             GenerationOptions.from_config(config),
             tools=request.tools if request.tool_choice != "none" else (),

@@ -37,8 +37,8 @@ SPECULATIVE = {Mark.SPEECH_END: 0.0, Mark.VAD_END: 0.3125, Mark.STT_START: 0.312
 def test_a_reply_ready_before_the_commit_waits_for_it_and_the_parts_add_up():
     record = _record(SPECULATIVE, {Figure.TTS_FIRST_COMPUTE_S: 0.0625})
     path = record.critical_path()
-    assert path == {S.SILENCE_WAIT: 0.3125, S.STT: 0.1875, S.LLM_FIRST_TOKEN: 0.125,
-                    S.LLM_FIRST_CLAUSE: 0.125, S.TTS_FIRST_CHUNK: 0.0625,
+    assert path == {S.SILENCE_WAIT: 0.3125, S.STT: 0.1875, S.END_OF_TURN: 0.0,
+                    S.LLM_FIRST_TOKEN: 0.125, S.LLM_FIRST_CLAUSE: 0.125, S.TTS_FIRST_CHUNK: 0.0625,
                     S.COMMIT_WAIT: 0.375,  # 0.875 -> 1.25: the chain was shorter
                     S.LOCK_WAIT: 0.0, S.QUEUE_WAIT: 0.0,
                     S.ENGINE_OVERHEAD: 0.0625,  # the hand-off to TTS: its span less its compute
@@ -57,6 +57,19 @@ def test_no_commit_wait_where_the_chain_is_longer_than_the_grace():
     assert path[S.COMMIT_WAIT] == 0.0
     assert path[S.LLM_FIRST_CLAUSE] == 0.625 and path[S.TTS_FIRST_CHUNK] == 0.25
     assert sum(path.values()) == 1.5
+
+
+def test_the_end_of_turn_text_signal_before_the_reply_is_its_own_part_not_overhead():
+    # The LLM stage scored the transcript (0.0625 computing, 0.03125 waiting for the CPU)
+    # between the STT's end (0.5) and the reply's start (0.625).
+    marks = {**SPECULATIVE, Mark.LLM_START: 0.625, Mark.LLM_FIRST_TOKEN: 0.6875}
+    figures = {Figure.TTS_FIRST_COMPUTE_S: 0.0625, Figure.EOT_TEXT_S: 0.0625,
+               Figure.EOT_TEXT_LOCK_WAIT_S: 0.03125}
+    path = _record(marks, figures).critical_path()
+    assert path[S.END_OF_TURN] == 0.0625 and path[S.LOCK_WAIT] == 0.03125
+    # 0.125 between STT and LLM, less the two: 0.03125, plus the 0.0625 hand-off to TTS.
+    assert path[S.ENGINE_OVERHEAD] == 0.03125 + 0.0625
+    assert sum(path.values()) == 1.265625
 
 
 def test_lock_and_queue_waits_come_out_of_the_parts_they_fell_in():
