@@ -224,10 +224,11 @@ class TurnConfig:
     # Auto (learned where Smart Turn is installed) by default. Learned (the text signal on
     # the user's words alone, the least sure of the STT's readings) cut no recording of
     # resources/audio inside a sentence (24 ends, 2 runs); with the 100 ms speculative
-    # start its mean wait on finished turns was 0.73 s (p50 0.50 s) against silence's
-    # 1.26 s. It misses 0.6 s because SmolLM2-135M's text signal and Smart Turn cannot tell
-    # "Since the commencement of the season." or "One, two, three." from jfk's first pause
-    # (1.06 s long), so those wait for the grace (bench turn-taking, 2026-12-04).
+    # start and the CPU's compute gate its mean wait on finished turns was 0.67 s (p50
+    # 0.46 s) against silence's 1.25 s. It misses 0.6 s because SmolLM2-135M's text
+    # signal and Smart Turn cannot tell "Since the commencement of the season." or "One,
+    # two, three." from jfk's first pause (1.06 s long), so those wait for the grace
+    # (bench turn-taking, 2026-12-04).
     end_of_turn: EndOfTurn = field(default=EndOfTurn.AUTO, metadata=_range(
         help="what ends a turn: silence, learned (Smart Turn audio model + LLM text signal), "
              "manual (an explicit commit), or auto (learned where installed)", runtime=True))
@@ -238,7 +239,8 @@ class TurnConfig:
     # learned decision has its signals sooner; a pause that ends between the two only
     # costs the dropped work. Against 200 ms: mean wait on finished turns 0.73 s vs 0.83 s,
     # no cut (bench turn-taking --runs 2), jfk.flac 626 ms vs 740 ms p50 (bench --runs 5),
-    # 2026-12-04.
+    # 2026-12-04. Shorter is worse: at 64 or 96 ms Smart Turn hears too little silence
+    # after the words and fewer turns commit early (0.83 / 0.81 s mean).
     speculative_start_ms: int = field(default=100, metadata=_range(0, 10000,
         "silence before the speculative STT/LLM start (at most vad.min_silence_ms; "
         "sound before the segment ends drops the work)", runtime=True))
