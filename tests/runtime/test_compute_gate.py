@@ -10,6 +10,7 @@ import pytest
 from engine.runtime import compute_gate
 from engine.runtime.compute_gate import ComputeGate, Urgency
 from engine.runtime.mlx_lock import waited_by_this_thread
+from tests.support.threads import HeldGate
 
 
 def _join(threads: list[threading.Thread], timeout: float = 10.0) -> None:
@@ -107,20 +108,12 @@ def test_a_waiter_that_gives_up_leaves_without_the_place():
     gate = ComputeGate(1, handoff_s=0.0)
     stale = threading.Event()
     outcome: list[bool] = []
-    entered, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with gate.hold(unit=0):
-            entered.set()
-            release.wait(10)
 
     def partial() -> None:
         with gate.hold(1, Urgency.LISTENING, give_up=stale.is_set) as may_run:
             outcome.append(may_run)
 
-    holder = threading.Thread(target=hold)
-    holder.start()
-    assert entered.wait(5)
+    busy = HeldGate(gate, unit=0)
     waiter = threading.Thread(target=partial)
     waiter.start()
     time.sleep(0.05)
@@ -128,8 +121,7 @@ def test_a_waiter_that_gives_up_leaves_without_the_place():
     _join([waiter])
     assert outcome == [False]
     assert not gate._waiting
-    release.set()
-    _join([holder])
+    busy.end()
     with gate.hold(2) as may_run:  # the place was given back once, not twice or never
         assert may_run and gate._free == 0
 
@@ -202,27 +194,19 @@ def test_steps_hold_the_gate_per_item_and_release_between():
 
 def test_waiting_counts_as_a_lock_wait_of_the_thread():
     gate = ComputeGate(1, handoff_s=0.0)
-    entered, release = threading.Event(), threading.Event()
     waited: list[float] = []
-
-    def hold() -> None:
-        with gate.hold(unit=0):
-            entered.set()
-            release.wait(10)
 
     def wait() -> None:
         before = waited_by_this_thread()
         with gate.hold(unit=1):
             waited.append(waited_by_this_thread() - before)
 
-    holder = threading.Thread(target=hold)
-    holder.start()
-    assert entered.wait(5)
+    busy = HeldGate(gate, unit=0)
     waiter = threading.Thread(target=wait)
     waiter.start()
     time.sleep(0.1)
-    release.set()
-    _join([holder, waiter])
+    busy.end()
+    _join([waiter])
     assert waited[0] >= 0.08
 
 

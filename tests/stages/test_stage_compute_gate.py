@@ -13,6 +13,7 @@ from engine.pipeline.messages import SpeechSegment, Transcript
 from engine.runtime import compute_gate
 from engine.runtime.compute_gate import ComputeGate
 from tests.stages.test_stt_continue import RATE, ScriptedStt, segment, stage_for
+from tests.support.threads import HeldGate
 
 
 @pytest.fixture
@@ -21,27 +22,6 @@ def gate():
     old = compute_gate.set_compute_gate(mine)
     yield mine
     compute_gate.set_compute_gate(old)
-
-
-class _Busy:
-    """Another unit's call holding the gate until ``release``."""
-
-    def __init__(self, gate: ComputeGate) -> None:
-        self.release = threading.Event()
-        entered = threading.Event()
-
-        def hold() -> None:
-            with gate.hold(unit=7):
-                entered.set()
-                self.release.wait(10)
-
-        self.thread = threading.Thread(target=hold)
-        self.thread.start()
-        assert entered.wait(5)
-
-    def end(self) -> None:
-        self.release.set()
-        self.thread.join(5)
 
 
 def _partial(ctx, revision: int) -> SpeechSegment:
@@ -53,7 +33,7 @@ def test_a_partial_gone_stale_in_the_queue_is_dropped_and_the_final_runs(gate):
     model = ScriptedStt(["And so my fellow Americans."])
     stage, ctx = stage_for(model)
     stage.partials.latest = 1
-    busy = _Busy(gate)
+    busy = HeldGate(gate)
     out: list[object] = []
     worker = threading.Thread(target=lambda: out.extend(stage.process(_partial(ctx, 1))))
     worker.start()
@@ -71,7 +51,7 @@ def test_a_partial_gone_stale_in_the_queue_is_dropped_and_the_final_runs(gate):
 def test_a_cpu_models_call_waits_for_the_gate_and_a_remote_ones_does_not(gate):
     local = ScriptedStt(["Hello."])
     stage, ctx = stage_for(local)
-    busy = _Busy(gate)
+    busy = HeldGate(gate)
     out: list[str] = []
     worker = threading.Thread(target=lambda: out.extend(
         m.text for m in stage.process(segment(ctx, 1.0)) if isinstance(m, Transcript)))
@@ -85,7 +65,7 @@ def test_a_cpu_models_call_waits_for_the_gate_and_a_remote_ones_does_not(gate):
     remote = ScriptedStt(["Hello there."])
     remote.actual_device = "remote"  # a server elsewhere computes it
     stage, ctx = stage_for(remote)
-    busy = _Busy(gate)
+    busy = HeldGate(gate)
     try:
         texts = [m.text for m in stage.process(segment(ctx, 1.0)) if isinstance(m, Transcript)]
     finally:
@@ -101,7 +81,7 @@ def test_an_audio_score_still_waiting_when_its_turn_is_decided_is_never_computed
                          board, lambda message: None,
                          lambda turn_id, generation: decided.is_set())
     scorer.start()
-    busy = _Busy(gate)  # another unit's reply work has the CPU
+    busy = HeldGate(gate)  # another unit's reply work has the CPU
     try:
         scorer.submit(1, 0, np.zeros(10, np.float32))
         time.sleep(0.1)

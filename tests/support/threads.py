@@ -41,3 +41,25 @@ def new_threads(before: set[str], wait_s: float = 5.0) -> set[str]:
         if not extra or time.monotonic() > deadline:
             return extra
         time.sleep(0.05)
+
+
+class HeldGate:
+    """Another unit's call holding a compute gate (``engine.runtime.compute_gate``) from
+    construction until ``end()``: what a stage's call waits behind."""
+
+    def __init__(self, gate, unit: int = 99) -> None:
+        self._release = threading.Event()
+        entered = threading.Event()
+
+        def hold() -> None:
+            with gate.hold(unit=unit):
+                entered.set()
+                self._release.wait(WAIT_S)
+
+        self._thread = threading.Thread(target=hold, name="test-gate-holder")
+        self._thread.start()
+        assert entered.wait(WAIT_S), "the gate was not free"
+
+    def end(self) -> None:
+        self._release.set()
+        self._thread.join(WAIT_S)
