@@ -67,11 +67,12 @@ def test_latency_bars_stack_the_stages_of_each_turn(qtbot):
     turns = metrics.turns()
     assert graphs.latency.numbers == [1, 2, 3]
     assert graphs.latency.totals_ms == pytest.approx([t.voice_to_voice * 1000 for t in turns])
-    # engine.pipeline.critical_path's parts, in its order: silence, STT, LLM to the first
-    # token and on to the first clause, TTS, commit / lock / queue waits (none here), the
-    # hand-off before STT (engine overhead), to the speaker.
+    # engine.pipeline.critical_path's parts, in its order: silence, STT, the end-of-turn
+    # text signal (none here), LLM to the first token and on to the first clause, TTS,
+    # commit / lock / queue waits (none here), the hand-off before STT (engine overhead),
+    # to the speaker.
     seg = turn_segments(turns[0])
-    assert seg == pytest.approx([0.50, 0.20, 0.20, 0.10, 0.05, 0.0, 0.0, 0.0, 0.05, 0.02])
+    assert seg == pytest.approx([0.50, 0.20, 0.0, 0.20, 0.10, 0.05, 0.0, 0.0, 0.0, 0.05, 0.02])
     assert SEGMENTS == tuple(Segment)
     heights = {segment: list(graphs.latency.bars[segment].opts["height"]) for segment in SEGMENTS}
     assert heights[Segment.STT] == pytest.approx([200.0] * 3)
