@@ -26,6 +26,7 @@ use, and ``set_compute_gate()`` injects another (tests).
 from __future__ import annotations
 
 import enum
+import inspect
 import itertools
 import math
 import os
@@ -171,15 +172,20 @@ class ComputeGate:
     def steps(self, iterator: Iterator[T], unit: int | None = None) -> Iterator[T]:
         """``iterator``'s items, each computed holding the gate (an LLM's tokens, a TTS
         voice's chunks): between two items, a more urgent unit goes first."""
+        finished = False
         try:
             while True:
                 with self.hold(unit):
                     item = next(iterator, _END)
                 if item is _END:
+                    finished = True
                     return
                 yield item  # type: ignore[misc]
         finally:
-            if isinstance(iterator, Generator):  # left early: its clean-up computes too
+            # Left early (a break, a cut-off reply): its clean-up computes too. A stream
+            # that ended or raised has nothing left to run.
+            if (not finished and isinstance(iterator, Generator)
+                    and inspect.getgeneratorstate(iterator) != inspect.GEN_CLOSED):
                 with self.hold(unit):
                     iterator.close()
 

@@ -172,10 +172,15 @@ def test_steps_hold_the_gate_per_item_and_release_between():
             assert gate._free == 0  # computed inside the gate
             yield i
 
+    holds = []
+    hold = gate.hold
+    gate.hold = lambda *args, **kwargs: holds.append(args) or hold(*args, **kwargs)
     for token in gate.steps(tokens(), unit=0):
         assert gate._free == 1  # the consumer's work (queues, chunking) is outside it
         seen.append(token)
     assert seen == [0, 1, 2]
+    assert len(holds) == 4  # three items and the end: nothing more once it ended
+    del gate.hold
 
     closed: list[bool] = []
 

@@ -34,7 +34,8 @@ def commit_early(scores: TurnScores, threshold: float) -> bool:
 #: On 2 cores a reply's chain (STT, LLM to the first clause, TTS) takes ~0.5 s: a score
 #: that starts later than half of the 1.1 s left at the speculative start could release
 #: the reply only as the grace ends anyway, and would delay the replies queued behind
-#: it (4 clients: 1468 ms p50 with this, 1578 ms without). A unit alone always gets them.
+#: it (4 clients: 1512-1541 ms p50 with this, 1578 ms without). A unit alone always
+#: gets them.
 SCORES_START_WITHIN = 0.5
 
 
