@@ -7,19 +7,19 @@ Performance tab (a bar per turn) and Benchmark tab (a bar per layout).
 The path is walked along the turn's marks, from the end of speech to the first reply
 sample heard: the silence the VAD waited (``vad.min_silence_ms``; with
 ``turns.speculative`` off the work starts only at the commit, and this wait includes the
-reopen grace), the final STT, the learned end of turn's text signal (an LLM pass of its own, before the
-reply's), the LLM to its first token and on to its first clause,
-TTS's first chunk, then, where the reply was ready before the turn committed, the wait
+reopen grace), the final STT, the learned end of turn's text signal (an LLM pass of its
+own, before the reply's), the LLM to its first token and on to its first clause, TTS's
+first chunk, then, where the reply was ready before the turn committed, the wait
 for the commit (playback holds the audio until then), and the hand-off to the speaker. Each part is the time
 between two consecutive marks, so the parts add up to voice-to-voice exactly; a mark
 that is missing or out of order adds nothing, and its time goes to the next part.
 
 Waits are taken out of the parts they happened in and shown as waits: the time a stage
-waited for a lock (the MLX lock, a shared model's lock) and the time a message waited
-in a queue while its stage was busy with other work (a dropped revision's transcription,
-another turn). What is left between the stages' work is ``ENGINE_OVERHEAD``: hand-offs
-between threads, and the TTS stage's own work before its model starts. It is measured,
-between marks, not a remainder of the other parts.
+waited for a lock (the MLX lock, a shared model's lock, the CPU's compute gate) and the
+time a message waited in a queue while its stage was busy with other work (a dropped
+revision's transcription, another turn). What is left between the stages' work is
+``ENGINE_OVERHEAD``: hand-offs between threads, and the TTS stage's own work before its
+model starts. It is measured, between marks, not a remainder of the other parts.
 """
 
 from __future__ import annotations

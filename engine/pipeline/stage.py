@@ -197,16 +197,20 @@ class _StageThread(Generic[ModelT]):
         model computes on the CPU (``engine.runtime.compute_gate``); else nothing. Yields
         whether the call may run: False only when ``give_up`` became true while waiting.
         ``urgency``: the call's own, where it is not the unit's."""
-        if self.model is not None and self.model.actual_device == "cpu":
+        if self._computes_on_cpu:
             return get_compute_gate().hold(self.ctx.unit, urgency, give_up)
         return nullcontext(True)
 
     def computed(self, steps: Iterator[T]) -> Iterator[T]:
         """``steps`` (a model's stream: LLM tokens, TTS chunks), each computed holding the
         compute gate where the model computes on the CPU."""
-        if self.model is not None and self.model.actual_device == "cpu":
+        if self._computes_on_cpu:
             return get_compute_gate().steps(steps, self.ctx.unit)
         return steps
+
+    @property
+    def _computes_on_cpu(self) -> bool:
+        return self.model is not None and self.model.actual_device == "cpu"
 
     def start(self) -> None:
         self._thread.start()

@@ -62,8 +62,10 @@ class Urgency(enum.IntEnum):
     LISTENING = 2
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, order=True)
 class _Standing:
+    """Where a unit stands in the queue: lower is served first."""
+
     urgency: Urgency
     since: float  # earlier is served first within one urgency
 
@@ -73,12 +75,6 @@ class _Waiter:
     unit: int | None
     urgency: Urgency | None  # the call's own, else its unit's
     requested: float
-
-
-@dataclass(frozen=True, slots=True)
-class _Handoff:
-    unit: int
-    until: float
 
 
 def cpu_cores() -> int:
@@ -115,7 +111,7 @@ class ComputeGate:
         self._standing: dict[int, _Standing] = {}
         self._waiting: dict[int, _Waiter] = {}  # by ticket: arrival order
         self._tickets = itertools.count()
-        self._handoffs: dict[int, _Handoff] = {}  # by unit: places just given back
+        self._handoffs: dict[int, float] = {}  # unit -> until when its place stays its
         self._holders: list[int | None] = []  # the unit of each call holding a place
         self._depth = threading.local()
 
@@ -137,8 +133,7 @@ class ComputeGate:
         with self._cond:
             mine = self._standing_of(unit)
             busy = {*self._holders, *(w.unit for w in self._waiting.values())} - {unit, None}
-            return any((self._standing_of(other).urgency, self._standing_of(other).since)
-                       < (mine.urgency, mine.since) for other in busy)
+            return any(self._standing_of(other) < mine for other in busy)
 
     @contextmanager
     def hold(self, unit: int | None = None, urgency: Urgency | None = None,
@@ -193,22 +188,20 @@ class ComputeGate:
     def _standing_of(self, unit: int | None) -> _Standing:
         return self._standing.get(unit, _UNDECLARED) if unit is not None else _UNDECLARED
 
-    def _rank(self, ticket: int, waiter: _Waiter) -> tuple[int, float, int]:
+    def _rank(self, ticket: int, waiter: _Waiter) -> tuple[_Standing, int]:
         standing = self._standing_of(waiter.unit)
         if waiter.urgency is not None and waiter.urgency != standing.urgency:
-            return waiter.urgency, waiter.requested, ticket
-        since = waiter.requested if standing.since == math.inf else standing.since
-        return standing.urgency, since, ticket
+            return _Standing(waiter.urgency, waiter.requested), ticket
+        if standing.since == math.inf:  # undeclared: by arrival
+            standing = _Standing(standing.urgency, waiter.requested)
+        return standing, ticket
 
     def _may_take(self, ticket: int, waiter: _Waiter, now: float) -> bool:
         """Whether a free place may go to this waiter: places just given back by other
         units that outrank it stay theirs for a moment (``HANDOFF_S``)."""
-        rank = self._rank(ticket, waiter)[:2]
-        kept = 0
-        for handoff in self._handoffs.values():
-            if handoff.unit != waiter.unit and handoff.until > now:
-                owner = self._standing_of(handoff.unit)
-                kept += rank >= (owner.urgency, owner.since)
+        standing = self._rank(ticket, waiter)[0]
+        kept = sum(standing >= self._standing_of(unit) for unit, until in self._handoffs.items()
+                   if unit != waiter.unit and until > now)
         return self._free > kept
 
     def _acquire(self, waiter: _Waiter, give_up: Callable[[], bool] | None) -> bool:
@@ -218,13 +211,13 @@ class ComputeGate:
             try:
                 while True:
                     now = self._clock()
-                    self._handoffs = {u: h for u, h in self._handoffs.items() if h.until > now}
+                    self._handoffs = {u: t for u, t in self._handoffs.items() if t > now}
                     if self._first() == ticket and self._may_take(ticket, waiter, now):
                         break
                     if give_up is not None and give_up():
                         self._cond.notify_all()  # the waiter behind it may be first now
                         return False
-                    wake = [h.until - now for h in self._handoffs.values()]
+                    wake = [until - now for until in self._handoffs.values()]
                     if give_up is not None:
                         wake.append(GIVE_UP_POLL_S)
                     self._cond.wait(min(wake) if wake else None)
@@ -243,7 +236,7 @@ class ComputeGate:
             self._free += 1
             self._holders.remove(unit)
             if unit is not None and self._handoff_s > 0:
-                self._handoffs[unit] = _Handoff(unit, self._clock() + self._handoff_s)
+                self._handoffs[unit] = self._clock() + self._handoff_s
             self._cond.notify_all()
 
     def _first(self) -> int:

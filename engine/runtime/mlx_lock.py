@@ -420,6 +420,8 @@ def add_wait_of_this_thread(seconds: float) -> None:
     """Count ``seconds`` the calling thread waited for another shared resource (the
     compute gate) in ``waited_by_this_thread``: the budget's lock waits include it."""
     _waits.seconds = getattr(_waits, "seconds", 0.0) + seconds
+
+
 _registry_guard = threading.Lock()
 _all_locks: weakref.WeakSet[MlxLock] = weakref.WeakSet()  # for the guard's "any lock" check
 

@@ -15,8 +15,9 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -54,9 +55,7 @@ class TurnEndBoard:
         (a ``clock`` time; see ``scores_wanted``)."""
         with self._lock:
             self._start_by[(turn_id, generation)] = start_by
-            if len(self._start_by) > 16:  # as _post's bound
-                for stale in sorted(self._start_by)[:-8]:
-                    del self._start_by[stale]
+            _bound(self._start_by)
 
     def scores_wanted(self, turn_id: int, generation: int) -> bool:
         """False once the revision's ``expect`` time passed: a score starting later would
@@ -86,17 +85,24 @@ class TurnEndBoard:
             key = (turn_id, generation)
             old = self._scores.get(key, TurnScores())
             self._scores[key] = TurnScores(value.get("audio", old.audio), value.get("text", old.text))
-            if len(self._scores) > 16:  # decided turns are forgotten; this only bounds leaks
-                for stale in sorted(self._scores)[:-8]:
-                    del self._scores[stale]
+            _bound(self._scores)
+
+
+def _bound(entries: MutableMapping[tuple[int, int], Any]) -> None:
+    """Keep the newest 8 revisions once there are more than 16: decided turns are
+    forgotten, so this only bounds leaks."""
+    if len(entries) > 16:
+        for stale in sorted(entries)[:-8]:
+            del entries[stale]
 
 
 class AudioScorer:
     """One thread that scores turn audio with the audio model; the newest request wins.
 
     ``score(audio) -> probability`` is the shared model's call; results go to ``board``.
-    ``moot(turn_id, generation)``: whether that revision no longer needs a score (it was
-    committed or dropped); a request still waiting for the CPU then ends unscored.
+    ``moot(turn_id, generation)``: whether that revision no longer needs a score
+    (``StageContext.end_of_turn_moot``); a request still waiting for the CPU then ends
+    unscored.
     Started and joined by the pipeline unit.
     """
 
