@@ -112,11 +112,14 @@ def signals_of(reference: Reference, records: list[dict], t0: float) -> list[dic
     """Each speculative revision's signals, with the reference place it stopped at."""
     rows = []
     for record in records:
-        at = record["t_speech_end"] - t0
-        place = nearest(reference, at)
-        rows.append({"recording": reference.name, "at_s": round(at, 2),
+        end = record["t_speech_end"]
+        place = nearest(reference, end - t0)
+        # When each signal was posted and the revision decided, after the end of speech.
+        after = {f"{key}_after_s": None if record.get(f"{key}_at") is None
+                 else round(record[f"{key}_at"] - end, 3) for key in ("audio", "text", "decided")}
+        rows.append({"recording": reference.name, "at_s": round(end - t0, 2),
                      "kind": place.kind if place else "?", "words": place.text if place else "",
-                     "audio": record["audio"], "text": record["text"],
+                     "audio": record["audio"], "text": record["text"], **after,
                      "outcome": record["outcome"]})
     return rows
 
@@ -181,12 +184,16 @@ def format_table(doc: dict, show_signals: bool = False) -> str:
         lines += [f"    cut: {cut}" for cut in mode["cuts"]]
     if show_signals:
         for mode in doc["modes"]:
-            lines.append(f"\nsignals, {mode['mode']} (kind at_s audio text outcome):")
+            lines.append(f"\nsignals, {mode['mode']} (kind, at_s, audio p, text p, each "
+                         "posted and the revision decided s after the end of speech, outcome):")
             for row in mode["signals"]:
                 audio = "-" if row["audio"] is None else f"{row['audio']:.3f}"
                 text = "-" if row["text"] is None else f"{row['text']:.3f}"
+                times = " ".join("    -" if row.get(key) is None else f"{row[key]:5.2f}"
+                                 for key in ("audio_after_s", "text_after_s", "decided_after_s"))
                 lines.append(f"  {row['recording']:<30} {row['kind']:<8} {row['at_s']:>6.2f} "
-                             f"{audio:>6} {text:>6}  {row['outcome']}  ({row['words'][-40:]})")
+                             f"{audio:>6} {text:>6} {times}  {row['outcome']}  "
+                             f"({row['words'][-40:]})")
     return "\n".join(lines)
 
 

@@ -150,7 +150,9 @@ class VadStage(SourceStage[VadModel]):
         log.debug("end of turn: %s (audio %s, text %s)", outcome, scores.audio, scores.text,
                   extra={"end_of_turn": {"unit": self.ctx.unit, "turn": self.turn_id,
                                          "t_speech_end": self._segment_end, "outcome": outcome,
-                                         "audio": scores.audio, "text": scores.text}})
+                                         "audio": scores.audio, "text": scores.text,
+                                         "audio_at": scores.audio_at, "text_at": scores.text_at,
+                                         "decided_at": time.perf_counter()}})
 
     def on_source_end(self) -> Iterator[Message]:
         for event in self.detector.flush():

@@ -59,6 +59,39 @@ def test_it_streams_a_right_answer_without_importing_torch(onnx_llm):
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_other_python_threads_run_while_the_model_computes(onnx_llm):
+    """The decoder releases the GIL: a thread ticking every millisecond keeps ticking
+    through a long prefill (onnxruntime-genai's generator held it for the whole call, so
+    the VAD, the audio going out and the server's loop stood still meanwhile)."""
+    import threading
+    import time
+
+    ids = onnx_llm.encode(" ".join(["the quick brown fox jumps over the lazy dog"] * 40))
+    ticks: list[float] = []
+    done = threading.Event()
+
+    def tick() -> None:
+        while not done.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0.001)
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    try:
+        time.sleep(0.02)
+        started = time.perf_counter()
+        onnx_llm.run(ids, onnx_llm.decoder.empty_cache(), 0)
+        ended = time.perf_counter()
+    finally:
+        done.set()
+        ticker.join()
+    during = [t for t in ticks if started <= t <= ended]
+    gaps = [b - a for a, b in zip([started, *during], [*during, ended])]
+    # A held GIL shows as one gap as long as the call; released, the ticker keeps going.
+    assert len(during) >= 5 and max(gaps) < 0.5 * (ended - started), (len(during), max(gaps),
+                                                                       ended - started)
+
+
 def test_the_second_turn_prefills_only_what_is_new(onnx_llm):
     session = onnx_llm.new_session()
     first_turn = [SYSTEM, {"role": "user", "content": "What is the capital of France?"}]

@@ -1,25 +1,31 @@
 """The onnxruntime-genai LLM backend: a causal LM as int4 ONNX, fast on a CPU.
 
 The transformers loop spends a 135M model's decode time in Python and dispatch (~10
-tokens/s on 2 cores); onnxruntime-genai runs the same SmolLM2 as int4 weights at ~120-180
-tokens/s and reaches its first token in under 0.1 s (README's LLM runtime table). ``load``
-accepts what the transformers backend accepts (a ``.gguf``, a model folder, a hub id) and
-converts it once (``onnx_convert``, cached by content; a built app carries its bundled
-model's conversion). Neither the load nor a reply imports torch or transformers: the
-tokenizer and chat template are read by ``chat_tokenizer``.
+tokens/s on 2 cores); the same SmolLM2 as int4 ONNX weights runs at ~90-180 tokens/s and
+reaches its first token in ~0.1 s (README's LLM runtime table). ``load`` accepts what the
+transformers backend accepts (a ``.gguf``, a model folder, a hub id) and converts it once
+with onnxruntime-genai's model builder (``onnx_convert``, cached by content; a built app
+carries its bundled model's conversion). Neither the load nor a reply imports torch or
+transformers: the tokenizer and chat template are read by ``chat_tokenizer``.
 
-Each pipeline unit's session owns an ``og.Generator``: the conversation's KV cache, kept
-between turns. A new prompt rewinds the generator to its common prefix with what it
-holds (``rewind_to``) and appends only the rest, so a turn prefills just the new
-messages. Tokens are chosen here from the logits (the shared ``local_session`` loop), so
-generation options travel with each call. Runs of all sessions on one model are
-serialized by the model's measured lock, token by token.
+The decoder graph runs on plain onnxruntime, not on onnxruntime-genai's generator: the
+generator's Python binding holds the GIL while the model computes, so every other Python
+thread of the process stood still for the whole prefill and each token (measured: a
+thread asking for 1 ms sleeps saw gaps of 190-310 ms during a reply; the VAD decided a
+turn's end ~0.1-0.2 s after its signals were in). ``InferenceSession.run`` releases it
+(gaps of 1.5-4 ms), and on the same 2 cores reached the first token in ~100 ms instead of
+~190 ms. Each pipeline unit's session keeps its KV cache (one key and one value tensor
+per layer) between turns: a new prompt keeps the cache's common prefix with it and runs
+only the rest, so a turn prefills just the new messages. Tokens are chosen here from the
+logits (the shared ``local_session`` loop), so generation options travel with each call.
+Runs of all sessions on one model are serialized by the model's measured lock.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +37,7 @@ from engine.backends.llm.local_session import LocalLlm, LocalLlmSession, end_of_
 from engine.backends.llm.onnx_convert import DEFAULT_PRECISION, PRECISIONS, WEIGHTS, converted_folder
 from engine.backends.llm.tool_calls import ToolFormat, tool_format
 from engine.errors import ConfigError, DeviceError, ModelError
+from engine.runtime.compute_gate import threads_per_call
 from engine.runtime.memory import file_bytes
 from engine.runtime.mlx_lock import MlxLock, model_lock, unit_of_current_thread
 
@@ -59,21 +66,27 @@ def load(request: LoadRequest, progress: Progress = no_progress) -> OnnxGenaiLlm
                           "on a GPU use llm.backend = transformers (or mlx-lm on a Mac)")
     precision = precision_of(request.dtype)
     folder = converted_folder(request.model, precision, progress)
-    import onnxruntime_genai as og  # pyright: ignore[reportMissingTypeStubs]
+    import onnxruntime
 
     progress(None, f"loading {display_name(folder)} ({precision} ONNX) on cpu")
     started = time.perf_counter()
+    decoder = Decoder.read(folder)
+    options = onnxruntime.SessionOptions()
+    # Its calls have the CPU to themselves (engine.runtime.compute_gate): all of it, and
+    # no thread left spinning for the next holder's cores between two tokens.
+    options.intra_op_num_threads = threads_per_call()
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
-        config = og.Config(str(folder))  # pyright: ignore[reportAttributeAccessIssue]
-        config.clear_providers()  # the CPU provider
-        model = og.Model(config)  # pyright: ignore[reportAttributeAccessIssue]
-    except RuntimeError as exc:  # onnxruntime-genai reports bad folders as RuntimeError
-        raise ModelError(f"onnxruntime-genai cannot load the model in {folder}: {exc}") from None
+        session = onnxruntime.InferenceSession(str(folder / decoder.filename), sess_options=options,
+                                               providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors
+        raise ModelError(f"onnxruntime cannot load the model in {folder}: {exc}") from None
     tokenizer = ChatTokenizer(folder)
     if not tokenizer.chat_template:
         raise ModelError(f"the model in {folder} has no chat template "
                          "(chat_template.jinja or tokenizer_config.json); use an instruct/chat model")
-    llm = OnnxGenaiLlm(og, model, tokenizer, folder, precision)
+    llm = OnnxGenaiLlm(session, decoder, tokenizer, folder, precision)
     progress(1.0, f"loaded {llm.name} on cpu in {time.perf_counter() - started:.1f} s")
     return llm
 
@@ -85,14 +98,58 @@ def _genai_config(folder: Path) -> dict:
         raise ModelError(f"cannot read {folder / 'genai_config.json'}: {exc}") from None
 
 
+@dataclass(frozen=True, slots=True)
+class Decoder:
+    """What the builder's ``genai_config.json`` says of the decoder graph: its file, its
+    KV-cache tensors (one key and one value per layer) and their shape."""
+
+    filename: str
+    layers: int
+    kv_heads: int
+    head_size: int
+    past_names: tuple[str, ...]  # inputs, keys then values of each layer in turn
+    present_names: tuple[str, ...]  # the outputs that match them
+    context_tokens: int
+    eos_ids: frozenset[int]
+
+    @classmethod
+    def read(cls, folder: Path) -> Decoder:
+        """ModelError when the folder's config lacks what a decode needs."""
+        model = _genai_config(folder).get("model", {})
+        decoder = model.get("decoder", {})
+        try:
+            inputs, outputs = decoder["inputs"], decoder["outputs"]
+            layers = int(decoder["num_hidden_layers"])
+            past = tuple(name % i for i in range(layers)
+                         for name in (inputs["past_key_names"], inputs["past_value_names"]))
+            present = tuple(name % i for i in range(layers)
+                            for name in (outputs["present_key_names"], outputs["present_value_names"]))
+            shape = int(decoder["num_key_value_heads"]), int(decoder["head_size"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelError(f"{folder / 'genai_config.json'} does not describe a decoder "
+                             f"(missing or bad {exc})") from None
+        eos = model.get("eos_token_id")
+        eos_ids = frozenset(int(i) for i in (eos if isinstance(eos, list) else [eos])
+                            if i is not None)
+        return cls(decoder.get("filename", WEIGHTS), layers, *shape, past, present,
+                   int(model.get("context_length") or 0), eos_ids)
+
+    def empty_cache(self) -> dict[str, np.ndarray]:
+        """The KV cache of no tokens: every past tensor with a sequence length of 0."""
+        empty = np.zeros((1, self.kv_heads, 0, self.head_size), np.float32)
+        return dict.fromkeys(self.past_names, empty)
+
+
 class OnnxGenaiLlm(LocalLlm):
-    """A loaded onnxruntime-genai model and its tokenizer, shared by every pipeline unit."""
+    """A loaded decoder (an ``onnxruntime.InferenceSession``, thread-safe) and its
+    tokenizer, shared by every pipeline unit."""
 
     actual_device = "cpu"
 
-    def __init__(self, og, model, tokenizer: ChatTokenizer, folder: Path, precision: str) -> None:
-        self._og = og
-        self.model = model
+    def __init__(self, session, decoder: Decoder, tokenizer: ChatTokenizer, folder: Path,
+                 precision: str) -> None:
+        self.session = session
+        self.decoder = decoder
         self.tokenizer = tokenizer
         self.folder = folder
         self.name = display_name(folder)
@@ -101,13 +158,12 @@ class OnnxGenaiLlm(LocalLlm):
         self.lock: MlxLock = model_lock("llm model lock")
         self.weights_bytes = ((file_bytes(folder / WEIGHTS) or 0)
                               + (file_bytes(folder / f"{WEIGHTS}.data") or 0)) or None
-        config = _genai_config(folder)["model"]
-        self.context_tokens = int(config.get("context_length") or 0)
-        eos = config.get("eos_token_id")
-        stop = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        self.context_tokens = decoder.context_tokens
         self.end_of_message_id = end_of_message_id(tokenizer)
+        stop = set(decoder.eos_ids)
         stop.update(i for i in (tokenizer.eos_token_id, self.end_of_message_id) if i is not None)
         self.stop_ids = frozenset(int(i) for i in stop)
+        self._outputs = ["logits", *decoder.present_names]
 
     def new_session(self) -> OnnxGenaiSession:
         """A fresh conversation (empty KV cache) for one pipeline unit."""
@@ -117,17 +173,19 @@ class OnnxGenaiLlm(LocalLlm):
         """The token ids of ``text`` (no special tokens added)."""
         return self.tokenizer.encode(text)
 
-    def new_generator(self):
-        """An empty ``og.Generator`` (one conversation's KV cache) as long as the context.
-
-        The KV cache grows as tokens come instead of being allocated for the whole context
-        up front (``past_present_share_buffer`` off): for SmolLM2 that is ~50 MB less per
-        session for the same speed, measured on 2 cores.
-        """
-        og = self._og
-        params = og.GeneratorParams(self.model)
-        params.set_search_options(max_length=self.context_tokens, past_present_share_buffer=False)
-        return og.Generator(self.model, params)
+    def run(self, token_ids: list[int], cache: dict[str, np.ndarray], cached_tokens: int
+            ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """``token_ids`` on top of ``cache`` (``cached_tokens`` long): the last position's
+        logits and the cache that includes them. onnxruntime releases the GIL while it
+        runs, so the other stages' Python threads (the VAD deciding a turn's end, the
+        audio going out) go on meanwhile."""
+        decoder = self.decoder
+        feeds = {"input_ids": np.array([token_ids], np.int64),
+                 "attention_mask": np.ones((1, cached_tokens + len(token_ids)), np.int64),
+                 **cache}
+        logits, *present = self.session.run(self._outputs, feeds)
+        return (np.array(logits[0, -1], dtype=np.float32),
+                dict(zip(decoder.past_names, present, strict=True)))
 
     def memory_bytes(self) -> int | None:
         """The process RSS (the model lives in this process's memory)."""
@@ -137,42 +195,40 @@ class OnnxGenaiLlm(LocalLlm):
 
 
 class OnnxGenaiSession(LocalLlmSession):
-    """One conversation: an ``og.Generator`` and exactly the token ids it has run."""
+    """One conversation: its KV cache and exactly the token ids it holds."""
 
     def __init__(self, llm: OnnxGenaiLlm) -> None:
         super().__init__(llm)
         self.llm: OnnxGenaiLlm = llm
-        self._generator = None
+        self._cache: dict[str, np.ndarray] | None = None
         self._cached_ids: list[int] = []
 
     def reset(self) -> None:
         """Forget the KV cache (the next turn prefills its whole prompt)."""
-        self._generator = None
+        self._cache = None
         self._cached_ids = []
 
     def _prefill(self, prompt: list[int]) -> int:
         common = reusable_prefix(self._cached_ids, prompt)
-        if self._generator is None or common == 0:
-            self._generator = self.llm.new_generator()
-            self._cached_ids = []
+        if self._cache is None or common == 0:
+            self.reset()
         elif common < len(self._cached_ids):
-            self._generator.rewind_to(common)
+            # Rewind: keep the first ``common`` positions of every layer's keys and values.
+            self._cache = {name: np.ascontiguousarray(tensor[:, :, :common])
+                           for name, tensor in self._cache.items()}
             self._cached_ids = self._cached_ids[:common]
         return len(prompt) - common
 
     def _run(self, token_ids: list[int]) -> np.ndarray:
-        generator = self._generator
-        if generator is None:
-            generator = self._generator = self.llm.new_generator()
+        cache = self._cache if self._cache is not None else self.llm.decoder.empty_cache()
         try:
             with self.llm.lock.hold("llm", unit_of_current_thread()):
-                generator.append_tokens(token_ids)
-                logits = generator.get_logits()
-        except RuntimeError as exc:
-            self.reset()  # the generator may hold part of this call: trust nothing in it
-            raise ModelError(f"onnxruntime-genai failed on {self.llm.name}: {exc}") from None
+                logits, self._cache = self.llm.run(token_ids, cache, len(self._cached_ids))
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors
+            self.reset()  # the cache may hold part of this call: trust nothing in it
+            raise ModelError(f"onnxruntime failed on {self.llm.name}: {exc}") from None
         except BaseException:
             self.reset()
             raise
         self._cached_ids = self._cached_ids + token_ids
-        return np.array(logits[0, -1], dtype=np.float32)
+        return logits

@@ -16,7 +16,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -28,10 +28,13 @@ log = logging.getLogger("parley.end_of_turn")
 
 @dataclass(frozen=True, slots=True)
 class TurnScores:
-    """What is known about one turn revision: each probability, once computed."""
+    """What is known about one turn revision: each probability, once computed, and when
+    it was posted (the board's clock), for the bench's end-of-turn budget."""
 
     audio: float | None = None
     text: float | None = None
+    audio_at: float | None = field(default=None, compare=False)
+    text_at: float | None = field(default=None, compare=False)
 
     @property
     def combined(self) -> float | None:
@@ -65,10 +68,16 @@ class TurnEndBoard:
         return start_by is None or self._clock() <= start_by
 
     def post_audio(self, turn_id: int, generation: int, probability: float) -> None:
-        self._post(turn_id, generation, audio=probability)
+        with self._lock:
+            old = self._entry(turn_id, generation)
+            self._set(turn_id, generation, TurnScores(probability, old.text, self._clock(),
+                                                      old.text_at))
 
     def post_text(self, turn_id: int, generation: int, probability: float) -> None:
-        self._post(turn_id, generation, text=probability)
+        with self._lock:
+            old = self._entry(turn_id, generation)
+            self._set(turn_id, generation, TurnScores(old.audio, probability, old.audio_at,
+                                                      self._clock()))
 
     def scores(self, turn_id: int, generation: int) -> TurnScores:
         with self._lock:
@@ -80,12 +89,12 @@ class TurnEndBoard:
             self._scores = {k: v for k, v in self._scores.items() if k[0] != turn_id}
             self._start_by = {k: v for k, v in self._start_by.items() if k[0] != turn_id}
 
-    def _post(self, turn_id: int, generation: int, **value: float) -> None:
-        with self._lock:
-            key = (turn_id, generation)
-            old = self._scores.get(key, TurnScores())
-            self._scores[key] = TurnScores(value.get("audio", old.audio), value.get("text", old.text))
-            _bound(self._scores)
+    def _entry(self, turn_id: int, generation: int) -> TurnScores:
+        return self._scores.get((turn_id, generation), TurnScores())
+
+    def _set(self, turn_id: int, generation: int, scores: TurnScores) -> None:
+        self._scores[(turn_id, generation)] = scores
+        _bound(self._scores)
 
 
 def _bound(entries: MutableMapping[tuple[int, int], Any]) -> None:
