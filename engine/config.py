@@ -239,8 +239,11 @@ class TurnConfig:
     # learned decision has its signals sooner; a pause that ends between the two only
     # costs the dropped work. Against 200 ms: mean wait on finished turns 0.73 s vs 0.83 s,
     # no cut (bench turn-taking --runs 2), jfk.flac 626 ms vs 740 ms p50 (bench --runs 5),
-    # 2026-12-04. Shorter is worse: at 64 or 96 ms Smart Turn hears too little silence
-    # after the words and fewer turns commit early (0.83 / 0.81 s mean).
+    # 2026-12-04. Smart Turn scores a revision only once it heard 128 ms of silence
+    # (decide.AUDIO_SCORE_SILENCE_S), however soon the STT starts: at 64 ms the early
+    # commits came ~50 ms sooner, but the mean wait was within the runs' spread (0.69 s
+    # vs 0.72 s, bench turn-taking --runs 2 on a 2.1 GHz Xeon, 2026-12-06) and each
+    # pause of 64 ms inside speech costs a dropped STT call.
     speculative_start_ms: int = field(default=100, metadata=_range(0, 10000,
         "silence before the speculative STT/LLM start (at most vad.min_silence_ms; "
         "sound before the segment ends drops the work)", runtime=True))

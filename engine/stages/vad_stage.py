@@ -34,7 +34,7 @@ from engine.pipeline.playback import Playback
 from engine.pipeline.stage import SourceStage, StageContext
 from engine.runtime.compute_gate import Urgency, get_compute_gate
 from engine.stages.end_of_turn.board import AudioScorer, TurnScores
-from engine.stages.end_of_turn.decide import commit_early, scores_start_by
+from engine.stages.end_of_turn.decide import AUDIO_SCORE_SILENCE_S, commit_early, scores_start_by
 from engine.stages.turns import Committed, Partial, Reopened, SegmentEnded, Started, TurnDetector, TurnEvent
 
 _HEALTH_POLL_S = 0.1  # how often the devices' health is collected
@@ -81,6 +81,7 @@ class VadStage(SourceStage[VadModel]):
         self._segment_generation = 0  # the revision the speculative STT/LLM work runs under
         self._segment_end = 0.0  # its end of speech (capture clock)
         self._decided_early = False
+        self._audio_score_due = False  # the revision's audio waits for enough silence
 
     def on_model(self) -> None:
         self.stream = self.model.new_stream()
@@ -112,6 +113,8 @@ class VadStage(SourceStage[VadModel]):
             probability = self.stream.speech_probability(frame)
             for event in self.detector.push(frame, probability, t):
                 yield from self._on_turn_event(event)
+            if self._audio_score_due and self.detector.silence_s >= AUDIO_SCORE_SILENCE_S - 1e-6:
+                self._submit_audio_score()
             if self.detector.in_grace and config.turns.end_of_turn is EndOfTurn.LEARNED:
                 for event in self._learned_end_of_turn(config.turns):
                     yield from self._on_turn_event(event)
@@ -132,6 +135,13 @@ class VadStage(SourceStage[VadModel]):
         self._record_end_of_turn(turn, generation, early=True)
         self._decided_early = True
         return self.detector.commit_now()
+
+    def _submit_audio_score(self) -> None:
+        """Ask the audio model about the revision in its grace, on the turn's audio so far."""
+        self._audio_score_due = False
+        if self.audio_scorer is not None:
+            self.audio_scorer.submit(self.turn_id, self._segment_generation,
+                                     self.detector.audio_so_far())
 
     def _record_end_of_turn(self, turn: int, generation: int, early: bool) -> None:
         metrics, unit = self.ctx.metrics, self.ctx.unit
@@ -227,12 +237,13 @@ class VadStage(SourceStage[VadModel]):
                 ctx.turn_end.expect(self.turn_id, self._segment_generation,
                                     scores_start_by(self._config.vad, self._config.turns))
             yield self._final(event)
-            if self.audio_scorer is not None and self._config.turns.end_of_turn is EndOfTurn.LEARNED:
-                # At once: its few tens of ms on the CPU are then done by the time the
-                # transcript's text signal comes (both take the compute gate in turn).
-                self.audio_scorer.submit(self.turn_id, self._segment_generation,
-                                         self.detector.audio_so_far())
+            # Scored once it heard enough silence (this frame, or a few on when the STT
+            # starts sooner), see process_block: its tens of ms on the CPU then come
+            # before the transcript's text signal (both take the compute gate in turn).
+            self._audio_score_due = (self.audio_scorer is not None
+                                     and self._config.turns.end_of_turn is EndOfTurn.LEARNED)
         elif isinstance(event, Reopened):
+            self._audio_score_due = False
             if self._config.turns.end_of_turn is EndOfTurn.LEARNED:
                 self._log_revision("reopened", ctx.turn_end.scores(self.turn_id,
                                                                     self._segment_generation))
@@ -240,6 +251,7 @@ class VadStage(SourceStage[VadModel]):
             ctx.metrics.reset_turn_work(unit, self.turn_id, generation)
             ctx.events.emit(TurnCancelled(unit, self.turn_id, CancelReason.REOPENED))
         elif isinstance(event, Committed):
+            self._audio_score_due = False
             ctx.events.emit(UserSpeaking(unit, self.turn_id, False))
             if not event.speculated:
                 yield self._final(event)

@@ -218,3 +218,36 @@ def test_silence_mode_and_a_missing_model_wait_for_the_grace(registry, one_two_t
     waited = turn.marks[Mark.COMMITTED] - turn.marks[Mark.SPEECH_END]
     assert waited >= 0.3 + 1.5 - 0.1  # the whole grace: nothing decided early
     assert Figure.EOT_EARLY not in turn.figures
+
+
+@pytest.mark.slow
+def test_the_audio_model_hears_its_silence_however_soon_the_stt_starts(registry, jfk, monkeypatch):
+    # The speculative STT may start after one silent frame; Smart Turn still scores each
+    # revision only once it heard AUDIO_SCORE_SILENCE_S after the words (less made it call
+    # finished turns unfinished), never a revision that speech reopened first.
+    from engine.stages.end_of_turn.decide import AUDIO_SCORE_SILENCE_S
+    from engine.stages.turns import SegmentEnded
+    from engine.stages.vad_stage import VadStage
+
+    started, scored = [], []
+    final, submit = VadStage._final, VadStage._submit_audio_score
+
+    def recording_final(self, event):
+        if isinstance(event, SegmentEnded):
+            started.append(self.detector.silence_s)
+        return final(self, event)
+
+    def recording_submit(self):
+        scored.append(self.detector.silence_s)
+        submit(self)
+
+    monkeypatch.setattr(VadStage, "_final", recording_final)
+    monkeypatch.setattr(VadStage, "_submit_audio_score", recording_submit)
+    engine = _engine(registry, **{"turns.end_of_turn": "learned", "turns.speculative_start_ms": "32"})
+    try:
+        _run(engine, jfk)
+    finally:
+        engine.close()
+    assert started and max(started) < AUDIO_SCORE_SILENCE_S  # the STT started at one frame
+    assert scored and min(scored) >= AUDIO_SCORE_SILENCE_S - 1e-6
+    assert len(scored) <= len(started)
