@@ -164,6 +164,14 @@ class OnnxGenaiLlm(LocalLlm):
         stop.update(i for i in (tokenizer.eos_token_id, self.end_of_message_id) if i is not None)
         self.stop_ids = frozenset(int(i) for i in stop)
         self._outputs = ["logits", *decoder.present_names]
+        inputs = {i.name: i.type for i in session.get_inputs()}
+        unknown = [name for name in decoder.past_names if inputs.get(name) != "tensor(float)"]
+        if unknown:
+            raise ModelError(f"the model in {folder} takes {unknown[0]} as "
+                             f"{inputs.get(unknown[0], 'no input')}; this backend runs decoders "
+                             "whose KV cache is float32 (llm.dtype int4, int8 or fp32 on cpu)")
+        #: Some builds take the tokens' positions too (others derive them from the mask).
+        self._positions = "position_ids" in inputs
 
     def new_session(self) -> OnnxGenaiSession:
         """A fresh conversation (empty KV cache) for one pipeline unit."""
@@ -180,9 +188,11 @@ class OnnxGenaiLlm(LocalLlm):
         runs, so the other stages' Python threads (the VAD deciding a turn's end, the
         audio going out) go on meanwhile."""
         decoder = self.decoder
+        total = cached_tokens + len(token_ids)
         feeds = {"input_ids": np.array([token_ids], np.int64),
-                 "attention_mask": np.ones((1, cached_tokens + len(token_ids)), np.int64),
-                 **cache}
+                 "attention_mask": np.ones((1, total), np.int64), **cache}
+        if self._positions:
+            feeds["position_ids"] = np.arange(cached_tokens, total, dtype=np.int64)[np.newaxis]
         logits, *present = self.session.run(self._outputs, feeds)
         return (np.array(logits[0, -1], dtype=np.float32),
                 dict(zip(decoder.past_names, present, strict=True)))
