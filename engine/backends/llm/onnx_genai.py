@@ -13,7 +13,7 @@ generator's Python binding holds the GIL while the model computes, so every othe
 thread of the process stood still for the whole prefill and each token (measured: a
 thread asking for 1 ms sleeps saw gaps of 190-310 ms during a reply; the VAD decided a
 turn's end ~0.1-0.2 s after its signals were in). ``InferenceSession.run`` releases it
-(gaps of 1.5-4 ms), and on the same 2 cores reached the first token in ~100 ms instead of
+(gaps of 2-8 ms), and on the same 2 cores reached the first token in ~100 ms instead of
 ~190 ms. Each pipeline unit's session keeps its KV cache (one key and one value tensor
 per layer) between turns: a new prompt keeps the cache's common prefix with it and runs
 only the rest, so a turn prefills just the new messages. Tokens are chosen here from the
@@ -104,7 +104,6 @@ class Decoder:
     KV-cache tensors (one key and one value per layer) and their shape."""
 
     filename: str
-    layers: int
     kv_heads: int
     head_size: int
     past_names: tuple[str, ...]  # inputs, keys then values of each layer in turn
@@ -131,7 +130,7 @@ class Decoder:
         eos = model.get("eos_token_id")
         eos_ids = frozenset(int(i) for i in (eos if isinstance(eos, list) else [eos])
                             if i is not None)
-        return cls(decoder.get("filename", WEIGHTS), layers, *shape, past, present,
+        return cls(decoder.get("filename", WEIGHTS), *shape, past, present,
                    int(model.get("context_length") or 0), eos_ids)
 
     def empty_cache(self) -> dict[str, np.ndarray]:
