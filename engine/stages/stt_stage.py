@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,6 +37,40 @@ MIN_CONTINUED_S = 0.3
 #: jfk.flac's first 2 s came out "And so am I fellow Americans." where the whole turn
 #: says "And so my fellow Americans"; its first 7.3 s were right.
 MIN_HEARD_S = 5.0
+
+
+#: What Whisper ends a clause cut at a pause with: not the speaker's, so not kept there.
+_CUT_END = re.compile(r"[.!?\u2026]+$")
+#: A continuation that opens with these attaches to the words before it without a space.
+_ATTACHED = ",;:)"
+#: Capitalised first words that do not start a sentence ("I", "I'm", ...).
+_ALWAYS_CAPITAL = re.compile(r"I(?:'[a-z]+)?\b")
+
+
+def pause_context(heard: str) -> str:
+    """The words heard up to a pause, as the earlier text of the words after it: without
+    the sentence end Whisper put where the audio was cut. Whisper ends every clause cut at
+    a pause with a period, and given that period it starts what follows as a new sentence:
+    the lecture's "...argues for a 4% global wealth tax." came out "...I use for a." then
+    "If 4% global wealth tax.", whose words the learned end of turn scored 0.023 against
+    0.12-0.15 for the spoken ones."""
+    return _CUT_END.sub("", heard.strip())
+
+
+def join_after_pause(heard: str, after: str) -> str:
+    """``heard`` (its cut-off sentence end dropped, ``pause_context``) and the words
+    decoded after the pause: a period between them where Whisper began a new sentence (a
+    capital that is not "I"), a comma or colon kept attached, else a space."""
+    before, after = pause_context(heard), after.strip()
+    if not after:
+        return heard.strip()
+    if not before:
+        return after
+    if after[0] in _ATTACHED:
+        return before + after
+    if after[0].isupper() and not _ALWAYS_CAPITAL.match(after):
+        return f"{before}. {after}"
+    return f"{before} {after}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,16 +169,16 @@ class SttStage(Stage[SttModel]):
         """The final segment's transcription. A turn that paused and went on
         (``stt.continue_turn``, a fitted window, a backend that ``continues_transcripts``)
         decodes only the audio after the words heard at the pause (``HeardSoFar``), with
-        them as context."""
+        them as context (``pause_context``, joined by ``join_after_pause``)."""
         heard = self._heard
         if (heard is not None and options.continue_turn and options.fit_window_s is not None
                 and heard.continued_by(msg) and self.model.continues_transcripts()):
-            result = self.model.continue_transcript(msg.audio[heard.voiced_samples:], heard.text,
-                                                    language, options.beam_size,
-                                                    options.fit_window_s)
+            result = self.model.continue_transcript(msg.audio[heard.voiced_samples:],
+                                                    pause_context(heard.text), language,
+                                                    options.beam_size, options.fit_window_s)
             return FinalTranscription(
-                result, f"{heard.text} {result.text.strip()}".strip(),
-                tuple(f"{heard.text} {other.strip()}".strip() for other in result.other_readings),
+                result, join_after_pause(heard.text, result.text),
+                tuple(join_after_pause(heard.text, other) for other in result.other_readings),
                 heard.voiced_samples)
         result = self.model.transcribe(msg.audio, language, options.beam_size,
                                        options.fit_window_s)

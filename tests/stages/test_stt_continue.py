@@ -15,7 +15,7 @@ from engine.pipeline.events import EventHub
 from engine.pipeline.messages import SpeechSegment, Transcript
 from engine.pipeline.metrics import Metrics
 from engine.pipeline.stage import StageContext
-from engine.stages.stt_stage import MIN_CONTINUED_S, MIN_HEARD_S, SttStage
+from engine.stages.stt_stage import MIN_CONTINUED_S, MIN_HEARD_S, SttStage, join_after_pause, pause_context
 from engine.stages.vad_stage import PartialSequence
 
 RATE = 16000
@@ -75,7 +75,8 @@ def test_after_a_pause_only_the_new_audio_is_decoded_with_the_words_before_as_co
     second = segment(ctx, 10.0)
     assert transcripts(stage, second) == ["And so my fellow Americans, ask not. Ask what you can do."]
     kind, samples, previous = model.calls[-1]
-    assert kind == "continued" and previous == "And so my fellow Americans, ask not."
+    # Without the period Whisper put where the pause cut the words (``pause_context``).
+    assert kind == "continued" and previous == "And so my fellow Americans, ask not"
     # From the end of the first revision's speech: its padding was silence after it.
     assert samples == second.audio.size - first.voiced_samples
 
@@ -112,8 +113,8 @@ def test_a_continuation_is_taken_as_heard_only_when_it_decoded_enough_speech_its
         transcripts(stage, segment(ctx, seconds))
         ctx.control.cancel_turn(1, CancelReason.REOPENED)
     assert [(kind, previous) for kind, _, previous in model.calls] == [
-        ("whole", None), ("continued", "First part."), ("continued", "First part."),
-        ("continued", "First part. third part."), ("continued", "First part. third part.")]
+        ("whole", None), ("continued", "First part"), ("continued", "First part"),
+        ("continued", "First part third part"), ("continued", "First part third part")]
     assert model.calls[-1][1] == round((19.0 + 0.2 - 15.0) * RATE)  # from the 15 s pause
 
 
@@ -144,3 +145,39 @@ def test_continuing_is_a_runtime_setting_on_by_default():
 
     assert SttConfig().continue_turn is True
     assert effect_of("stt.continue_turn") is Effect.RUNTIME
+
+
+@pytest.mark.parametrize("heard, after, joined", [
+    # Whisper's period at the cut goes: the words after the pause go on the sentence.
+    ("Capital in the 21st Century, argues for a.", "4% global wealth tax.",
+     "Capital in the 21st Century, argues for a 4% global wealth tax."),
+    ("implemented in the world.", ", if at all.", "implemented in the world, if at all."),
+    # A capital that is not "I": Whisper heard a new sentence begin after the pause.
+    ("ask not what your country can do for you.", "Ask what you can do.",
+     "ask not what your country can do for you. Ask what you can do."),
+    ("And so my fellow Americans.", "I'm asking.", "And so my fellow Americans I'm asking."),
+    # Nothing more heard after the pause: the words before it as they were.
+    ("Well, good luck with that.", "", "Well, good luck with that."),
+    ("", "Hello there.", "Hello there."),
+])
+def test_the_words_after_a_pause_join_the_sentence_the_pause_cut(heard, after, joined):
+    assert join_after_pause(heard, after) == joined
+
+
+def test_the_context_after_a_pause_has_no_sentence_end_the_cut_made():
+    assert pause_context("Thomas Piketty in his book, I use for a.") == (
+        "Thomas Piketty in his book, I use for a")
+    assert pause_context("Who is it? ") == "Who is it"
+    assert pause_context("And the answer that comes back is...") == (
+        "And the answer that comes back is")
+    assert pause_context("in his book,") == "in his book,"  # a comma says the speaker went on
+
+
+def test_the_continuation_is_asked_without_the_cut_sentence_end_and_joined_to_it():
+    model = ScriptedStt(["Thomas Piketty argues for a.", "4% global wealth tax."])
+    stage, ctx = stage_for(model)
+    transcripts(stage, segment(ctx, 6.0))
+    ctx.control.cancel_turn(1, CancelReason.REOPENED)
+    assert transcripts(stage, segment(ctx, 9.0)) == [
+        "Thomas Piketty argues for a 4% global wealth tax."]
+    assert model.calls[-1][2] == "Thomas Piketty argues for a"
