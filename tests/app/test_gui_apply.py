@@ -38,8 +38,10 @@ ONE_TWO_THREE = ("one two three", "1 2 3")  # Whisper writes either
 
 class GatedSource(AudioSource):
     """16 kHz speech in parts, delivered as fast as it is read; part k > 0 only once
-    ``release(k)`` was called. Between parts it stays open and delivers nothing, like a
-    microphone in a quiet room. Counts ``open`` and ``close``."""
+    ``release(k)`` was called. Between parts, and after the last one until ``end()``, it
+    stays open and delivers nothing, like a microphone in a quiet room: a source that
+    finished ends the unit's input, which closes its devices, and the test decides when
+    that happens. Counts ``open`` and ``close``."""
 
     sample_rate = PIPELINE_RATE
 
@@ -50,7 +52,8 @@ class GatedSource(AudioSource):
         self._released[0].set()
         self._part = 0
         self._pos = 0
-        self._closed = False
+        self._closed = threading.Event()
+        self._ended = threading.Event()
         self._level = 0.0
         self.opens = 0
         self.closes = 0
@@ -58,15 +61,23 @@ class GatedSource(AudioSource):
     def release(self, part: int) -> None:
         self._released[part].set()
 
+    def end(self) -> None:
+        """The input is over once every part was read."""
+        self._ended.set()
+
     def open(self) -> None:
         self.opens += 1
 
     def close(self) -> None:
         self.closes += 1
-        self._closed = True
+        self._closed.set()
 
     def read(self, timeout: float) -> AudioBlock | None:
-        if self._closed or self.finished or not self._released[self._part].wait(timeout):
+        if self._part >= len(self._parts):  # all said: quiet until ended or closed
+            if not self._ended.is_set():
+                self._closed.wait(timeout)
+            return None
+        if self._closed.is_set() or not self._released[self._part].wait(timeout):
             return None
         part = self._parts[self._part]
         samples = np.zeros(BLOCK, np.float32)
@@ -80,7 +91,7 @@ class GatedSource(AudioSource):
 
     @property
     def finished(self) -> bool:
-        return self._part >= len(self._parts)
+        return self._ended.is_set() and self._part >= len(self._parts)
 
     @property
     def overflow_count(self) -> int:
@@ -220,6 +231,7 @@ def test_runtime_settings_apply_to_the_running_conversation(conversation, qtbot)
     assert c.snapshot() is not None and window.performance.meters.memory.readings
 
     # The recording ended: the pipeline stops and closes each device once.
+    source.end()
     qtbot.waitUntil(lambda: c.state == "ready", timeout=60_000)
     assert (source.closes, sink.closes) == (1, 1)
     window.close()
