@@ -229,7 +229,9 @@ class TurnConfig:
     # signal and Smart Turn cannot tell "Since the commencement of the season." or "One,
     # two, three." from jfk's first pause (1.06 s long), so those wait for the grace
     # (bench turn-taking, 2026-12-04). On a 2.1 GHz Xeon, with the LLM's decoder on
-    # onnxruntime (no GIL held while it computes): 0.69 s mean, 0 cut (2026-12-06).
+    # onnxruntime (no GIL held while it computes): 0.69 s mean, 0 cut; with a paused
+    # turn's words joined across the pause (stt_stage.join_after_pause): 0.625 s mean,
+    # 18 of 24 early, 0 cut (2026-12-06).
     end_of_turn: EndOfTurn = field(default=EndOfTurn.AUTO, metadata=_range(
         help="what ends a turn: silence, learned (Smart Turn audio model + LLM text signal), "
              "manual (an explicit commit), or auto (learned where installed)", runtime=True))
@@ -244,7 +246,10 @@ class TurnConfig:
     # (decide.AUDIO_SCORE_SILENCE_S), however soon the STT starts: at 64 ms the early
     # commits came ~50 ms sooner, but the mean wait was within the runs' spread (0.69 s
     # vs 0.72 s, bench turn-taking --runs 2 on a 2.1 GHz Xeon, 2026-12-06) and each
-    # pause of 64 ms inside speech costs a dropped STT call.
+    # pause of 64 ms inside speech costs a dropped STT call. Measured again after the
+    # continuation change: 0.625 s at 100 ms against 0.665-0.675 s at 64 ms and 0.668 s
+    # at 96 ms, where Whisper, given less of the silence, heard "...not poison. She
+    # cried." (text signal 0.09) instead of "..., she cried." (0.30).
     speculative_start_ms: int = field(default=100, metadata=_range(0, 10000,
         "silence before the speculative STT/LLM start (at most vad.min_silence_ms; "
         "sound before the segment ends drops the work)", runtime=True))
