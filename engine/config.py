@@ -230,8 +230,8 @@ class TurnConfig:
     # two, three." from jfk's first pause (1.06 s long), so those wait for the grace
     # (bench turn-taking, 2026-12-04). On a 2.1 GHz Xeon, with the LLM's decoder on
     # onnxruntime (no GIL held while it computes): 0.69 s mean, 0 cut; with a paused
-    # turn's words joined across the pause (stt_stage.join_after_pause): 0.625 s mean,
-    # 18 of 24 early, 0 cut (2026-12-06).
+    # turn's words joined across the pause (stt_stage.join_after_pause): 0.625 s and
+    # 0.687 s mean in two rounds, 17-18 of 24 early, 0 cut (2026-12-06).
     end_of_turn: EndOfTurn = field(default=EndOfTurn.AUTO, metadata=_range(
         help="what ends a turn: silence, learned (Smart Turn audio model + LLM text signal), "
              "manual (an explicit commit), or auto (learned where installed)", runtime=True))
