@@ -52,8 +52,8 @@ def pause_context(heard: str) -> str:
     the sentence end Whisper put where the audio was cut. Whisper ends every clause cut at
     a pause with a period, and given that period it starts what follows as a new sentence:
     the lecture's "...argues for a 4% global wealth tax." came out "...I use for a." then
-    "If 4% global wealth tax.", whose words the learned end of turn scored 0.023 against
-    0.12-0.15 for the spoken ones."""
+    "If 4% global wealth tax."; without it, "...I used for a" then "40% global wealth
+    tax." (tiny.en still mishears "argues" and "4%")."""
     return _CUT_END.sub("", heard.strip())
 
 
