@@ -35,6 +35,7 @@ from engine.pipeline.stage import SourceStage, StageContext
 from engine.runtime.compute_gate import Urgency, get_compute_gate
 from engine.stages.end_of_turn.board import AudioScorer, TurnScores
 from engine.stages.end_of_turn.decide import AUDIO_SCORE_SILENCE_S, commit_early, scores_start_by
+from engine.stages.end_of_turn.smart_turn import WINDOW_S as SMART_TURN_WINDOW_S
 from engine.stages.turns import Committed, Partial, Reopened, SegmentEnded, Started, TurnDetector, TurnEvent
 
 _HEALTH_POLL_S = 0.1  # how often the devices' health is collected
@@ -82,6 +83,7 @@ class VadStage(SourceStage[VadModel]):
         self._segment_end = 0.0  # its end of speech (capture clock)
         self._decided_early = False
         self._audio_score_due = False  # the revision's audio waits for enough silence
+        self._audio_offer_from_s = 0.0  # ...this much (see _on_turn_event's SegmentEnded)
 
     def on_model(self) -> None:
         self.stream = self.model.new_stream()
@@ -113,8 +115,8 @@ class VadStage(SourceStage[VadModel]):
             probability = self.stream.speech_probability(frame)
             for event in self.detector.push(frame, probability, t):
                 yield from self._on_turn_event(event)
-            if self._audio_score_due and self.detector.silence_s >= AUDIO_SCORE_SILENCE_S - 1e-6:
-                self._submit_audio_score()
+            if self._audio_score_due and self.detector.silence_s >= self._audio_offer_from_s - 1e-6:
+                self._offer_audio_score()
             if self.detector.in_grace and config.turns.end_of_turn is EndOfTurn.LEARNED:
                 for event in self._learned_end_of_turn(config.turns):
                     yield from self._on_turn_event(event)
@@ -136,12 +138,16 @@ class VadStage(SourceStage[VadModel]):
         self._decided_early = True
         return self.detector.commit_now()
 
-    def _submit_audio_score(self) -> None:
-        """Ask the audio model about the revision in its grace, on the turn's audio so far."""
-        self._audio_score_due = False
-        if self.audio_scorer is not None:
-            self.audio_scorer.submit(self.turn_id, self._segment_generation,
-                                     self.detector.audio_so_far())
+    def _offer_audio_score(self) -> None:
+        """Offer the audio model the revision in its grace, as it stands this frame: the
+        score runs on the newest offer once the CPU is free for it (``AudioScorer``), so
+        the offers stop once it started."""
+        scorer = self.audio_scorer
+        if scorer is None or scorer.taken(self.turn_id, self._segment_generation):
+            self._audio_score_due = False
+            return
+        scorer.offer(self.turn_id, self._segment_generation,
+                     self.detector.audio_so_far(last_s=SMART_TURN_WINDOW_S))
 
     def _record_end_of_turn(self, turn: int, generation: int, early: bool) -> None:
         metrics, unit = self.ctx.metrics, self.ctx.unit
@@ -237,11 +243,14 @@ class VadStage(SourceStage[VadModel]):
                 ctx.turn_end.expect(self.turn_id, self._segment_generation,
                                     scores_start_by(self._config.vad, self._config.turns))
             yield self._final(event)
-            # Scored once it heard enough silence (this frame, or a few on when the STT
-            # starts sooner), see process_block: its tens of ms on the CPU then come
-            # before the transcript's text signal (both take the compute gate in turn).
+            # Offered once it heard enough silence, and never on this frame: the STT's
+            # call asks for the CPU first, so the score waits for it and runs on the
+            # revision as it stands then (AudioScorer), before the transcript's text
+            # signal. Offered each frame until its score starts (process_block).
             self._audio_score_due = (self.audio_scorer is not None
                                      and self._config.turns.end_of_turn is EndOfTurn.LEARNED)
+            self._audio_offer_from_s = max(AUDIO_SCORE_SILENCE_S,
+                                           self.detector.silence_s + self.detector.frame_s)
         elif isinstance(event, Reopened):
             self._audio_score_due = False
             if self._config.turns.end_of_turn is EndOfTurn.LEARNED:

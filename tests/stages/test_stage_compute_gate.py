@@ -83,14 +83,14 @@ def test_an_audio_score_still_waiting_when_its_turn_is_decided_is_never_computed
     scorer.start()
     busy = HeldGate(gate)  # another unit's reply work has the CPU
     try:
-        scorer.submit(1, 0, np.zeros(10, np.float32))
+        scorer.offer(1, 0, np.zeros(10, np.float32))
         time.sleep(0.1)
         assert not calls
         decided.set()  # the grace ended (or the user went on) meanwhile
         time.sleep(0.15)  # past the gate's poll of give_up
     finally:
         busy.end()
-    scorer.submit(2, 0, np.zeros(20, np.float32))  # a later turn is scored as usual
+    scorer.offer(2, 0, np.zeros(20, np.float32))  # a later turn is scored as usual
     deadline = time.monotonic() + 5
     while board.scores(2, 0).audio is None and time.monotonic() < deadline:
         time.sleep(0.01)

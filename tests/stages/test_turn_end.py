@@ -16,6 +16,7 @@ from engine.audio.file_source import FileSource
 from engine.config import EndOfTurn, EngineConfig
 from engine.engine import Engine
 from engine.errors import MissingDependencyError, ModelError
+from engine.runtime.compute_gate import ComputeGate, set_compute_gate
 from engine.runtime.hub import HubStatus
 from engine.pipeline.metrics import Figure, Mark
 from engine.runtime.model_registry import ModelRegistry
@@ -53,7 +54,7 @@ def test_the_decision_needs_both_signals_and_words_that_may_end_a_sentence():
     assert commit_early(TurnScores(1.0, MIN_TEXT_P), 0.25)
 
 
-def test_audio_scorer_scores_the_newest_request_on_its_own_thread():
+def test_audio_scorer_scores_each_revision_once_on_its_own_thread():
     board, calls, release = TurnEndBoard(), [], threading.Event()
 
     def score(audio: np.ndarray) -> float:
@@ -63,11 +64,12 @@ def test_audio_scorer_scores_the_newest_request_on_its_own_thread():
 
     scorer = AudioScorer("parley-test-turn", score, board, lambda message: None)
     scorer.start()
-    scorer.submit(1, 0, np.zeros(10, np.float32))
+    scorer.offer(1, 0, np.zeros(10, np.float32))
     while not calls:
         time.sleep(0.01)
-    scorer.submit(1, 0, np.zeros(20, np.float32))  # replaced before it starts...
-    scorer.submit(1, 1, np.zeros(30, np.float32))  # ...by this one
+    assert scorer.taken(1, 0) and not scorer.taken(1, 1)
+    scorer.offer(1, 0, np.zeros(20, np.float32))  # its score started: ignored
+    scorer.offer(1, 1, np.zeros(30, np.float32))  # the next revision is scored
     release.set()
     deadline = time.monotonic() + 5
     while board.scores(1, 1).audio is None and time.monotonic() < deadline:
@@ -77,6 +79,33 @@ def test_audio_scorer_scores_the_newest_request_on_its_own_thread():
     assert {name for name, _size in calls} == {"parley-test-turn"}
     assert board.scores(1, 0).audio == pytest.approx(0.1)
     assert board.scores(1, 1).audio == pytest.approx(0.3)
+
+
+def test_audio_scorer_scores_the_newest_audio_offered_before_the_cpu_was_free():
+    # While the speculative STT holds the CPU, the source stage goes on offering the
+    # revision as it grows: the score runs on what was offered last, once.
+    gate = ComputeGate(slots=1)
+    previous = set_compute_gate(gate)
+    board, calls = TurnEndBoard(), []
+    scorer = AudioScorer("parley-test-turn", lambda audio: calls.append(audio.size) or 0.5,
+                         board, lambda message: None)
+    scorer.start()
+    try:
+        with gate.hold():  # the STT's call
+            for size in (10, 20, 30):
+                scorer.offer(4, 2, np.zeros(size, np.float32))
+                time.sleep(0.02)
+            assert not calls and not scorer.taken(4, 2)
+        deadline = time.monotonic() + 5
+        while board.scores(4, 2).audio is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert scorer.taken(4, 2)
+        scorer.offer(4, 2, np.zeros(40, np.float32))
+        time.sleep(0.05)
+    finally:
+        assert scorer.stop(5)
+        set_compute_gate(previous)
+    assert calls == [30]
 
 
 @pytest.fixture(scope="module")
@@ -230,24 +259,24 @@ def test_the_audio_model_hears_its_silence_however_soon_the_stt_starts(registry,
     from engine.stages.vad_stage import VadStage
 
     started, scored = [], []
-    final, submit = VadStage._final, VadStage._submit_audio_score
+    final, offer = VadStage._final, VadStage._offer_audio_score
 
     def recording_final(self, event):
         if isinstance(event, SegmentEnded):
             started.append(self.detector.silence_s)
         return final(self, event)
 
-    def recording_submit(self):
-        scored.append(self.detector.silence_s)
-        submit(self)
+    def recording_offer(self):
+        scored.append((self.turn_id, self._segment_generation, self.detector.silence_s))
+        offer(self)
 
     monkeypatch.setattr(VadStage, "_final", recording_final)
-    monkeypatch.setattr(VadStage, "_submit_audio_score", recording_submit)
+    monkeypatch.setattr(VadStage, "_offer_audio_score", recording_offer)
     engine = _engine(registry, **{"turns.end_of_turn": "learned", "turns.speculative_start_ms": "32"})
     try:
         _run(engine, jfk)
     finally:
         engine.close()
     assert started and max(started) < AUDIO_SCORE_SILENCE_S  # the STT started at one frame
-    assert scored and min(scored) >= AUDIO_SCORE_SILENCE_S - 1e-6
-    assert len(scored) <= len(started)
+    assert scored and min(silence for _t, _g, silence in scored) >= AUDIO_SCORE_SILENCE_S - 1e-6
+    assert len({(turn, generation) for turn, generation, _s in scored}) <= len(started)

@@ -106,7 +106,16 @@ def _bound(entries: MutableMapping[tuple[int, int], Any]) -> None:
 
 
 class AudioScorer:
-    """One thread that scores turn audio with the audio model; the newest request wins.
+    """One thread that scores turn audio with the audio model, one score per revision.
+
+    The source stage offers a revision's audio every frame once it heard enough silence
+    (``offer``); the score runs on the newest audio offered when the CPU is free for it
+    (``engine.runtime.compute_gate``), which on a CPU is after the speculative STT: the
+    model then hears more of the silence after the words at no cost in time, and Smart
+    Turn's verdict on a finished turn swings less with the exact silence it is given (see
+    ``decide.AUDIO_SCORE_SILENCE_S``). Once a revision's score has started, ``taken`` is
+    true and later offers for it are ignored; an offer for another revision replaces a
+    request not yet started.
 
     ``score(audio) -> probability`` is the shared model's call; results go to ``board``.
     ``moot(turn_id, generation)``: whether that revision no longer needs a score
@@ -124,17 +133,26 @@ class AudioScorer:
         self._moot = moot
         self._cond = threading.Condition()
         self._request: tuple[int, int, np.ndarray] | None = None
+        self._taken: tuple[int, int] | None = None  # the revision whose score started last
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, turn_id: int, generation: int, audio: np.ndarray) -> None:
-        """Score ``audio`` for that turn revision (replaces a request not yet started)."""
+    def offer(self, turn_id: int, generation: int, audio: np.ndarray) -> None:
+        """``audio`` is that revision's turn as it stands: score it unless the revision's
+        score already started (then ignored), replacing any request not yet started."""
         with self._cond:
+            if self._taken == (turn_id, generation):
+                return
             self._request = (turn_id, generation, audio)
             self._cond.notify()
+
+    def taken(self, turn_id: int, generation: int) -> bool:
+        """Whether that revision's score has started (further offers are not needed)."""
+        with self._cond:
+            return self._taken == (turn_id, generation)
 
     def stop(self, timeout: float) -> bool:
         """End the thread (after the call in progress); True if it ended in time."""
@@ -154,19 +172,36 @@ class AudioScorer:
             with self._cond:
                 while self._request is None and not self._stopping:
                     self._cond.wait()
-                request, self._request = self._request, None
-                if self._stopping or request is None:
+                if self._stopping or self._request is None:
                     return
-                turn_id, generation, audio = request
+                turn_id, generation, _audio = self._request
             try:
                 # The CPU's gate, as the stages' model calls. Under load a score can come
                 # after the grace ended: it would decide nothing and delay other replies.
                 moot = functools.partial(self._moot, turn_id, generation)
                 with get_compute_gate().hold(give_up=moot) as may_run:
-                    if not may_run:
+                    request = self._take(turn_id, generation, may_run)
+                    if request is None:
                         continue
+                    turn_id, generation, audio = request
                     probability = self._score(audio)
                 self._board.post_audio(turn_id, generation, probability)
             except Exception as exc:  # a failed score leaves the grace to decide (logged)
                 log.exception("end-of-turn audio scoring failed")
                 self._on_error(f"{type(exc).__name__}: {exc}")
+
+    def _take(self, turn_id: int, generation: int, may_run: bool) -> tuple[int, int, np.ndarray] | None:
+        """With the CPU held (or given up): the newest request to score now, or None.
+        Given up, the revision waited for is dropped; a newer one offered meanwhile stays
+        for the next round."""
+        with self._cond:
+            request = self._request
+            if request is None:
+                return None
+            if not may_run:
+                if request[:2] == (turn_id, generation):
+                    self._request = None
+                return None
+            self._request = None
+            self._taken = request[0], request[1]
+            return request

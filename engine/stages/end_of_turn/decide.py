@@ -20,10 +20,16 @@ from engine.stages.end_of_turn.board import TurnScores
 MIN_TEXT_P = 0.07
 
 
-#: Silence the audio model hears after the words before it scores a pause, whenever the
-#: speculative STT starts: Smart Turn scored finished turns lower on less ("...by another
-#: door." 0.14 after 64 ms against 0.87 after 128 ms; with 64 or 96 ms, 13 of 24 ends
-#: committed early against 17 at 128, bench turn-taking 2026-12-04).
+#: Silence the audio model hears after the words, at least, before it scores a pause,
+#: whenever the speculative STT starts: Smart Turn scored finished turns lower on less
+#: ("...by another door." 0.14 after 64 ms against 0.87 after 128 ms; with 64 or 96 ms,
+#: 13 of 24 ends committed early against 17 at 128, bench turn-taking 2026-12-04). The
+#: source stage offers the turn from then on and the score runs on the newest offer once
+#: the CPU is free (``board.AudioScorer``): on a CPU after the speculative STT, some
+#: 200-300 ms into the pause, nearer the ~200 ms of silence pipecat's VAD hands it. Its
+#: verdict swings with the exact silence it gets (the lecture's "...from here, sonny."
+#: 0.15 at 128 ms, 0.29-0.80 at 192-352 ms; "...by another door." 0.87 at 128 ms, 0.19-0.36
+#: at 224-352 ms), so neither moment is right for every turn.
 AUDIO_SCORE_SILENCE_S = 0.128
 
 
