@@ -153,6 +153,13 @@ def test_the_text_signal_tells_a_finished_sentence_from_a_cut_one(onnx_llm):
     assert 0.0 <= cut < 0.1 < 0.3 < finished <= 1.0
     assert cut_with_period == pytest.approx(cut, abs=1e-3)
     assert session.sentence_end_probability(" ... ") == 0.0
+    # Whisper's period inside the words (it puts one where the speaker only paused) is
+    # read as a comma: the clause after it is not scored as a sentence on its own.
+    with_period = onnx_llm.new_session().sentence_end_probability(
+        "I tell you it is not poison. She cried.")
+    with_comma = onnx_llm.new_session().sentence_end_probability(
+        "I tell you it is not poison, She cried.")
+    assert with_period == pytest.approx(with_comma, abs=1e-4)
     # The same session then answers a conversation as usual.
     steps, text = reply(session, [SYSTEM, {"role": "user", "content": "What time is it?"}])
     assert text.strip() and steps[-1].finished

@@ -174,10 +174,15 @@ class LocalLlmSession(LlmSession):
         "Who's going to implement a 4% global wealth tax?" and 0.28 after the unfinished
         "...develops theories." (with Whisper's period). Whisper ends a cut-off clause with
         a period too, so the punctuation is the model's to predict, not the transcript's.
+        Its periods inside the text are scored as commas: Whisper puts one where the
+        speaker only paused as often as where a sentence ended, and the model then reads
+        the words after it as a sentence of their own ("I tell you it is not poison. She
+        cried" 0.09, with a comma 0.28; the speculative decode heard one or the other
+        depending on when it started).
         Successive revisions of one turn share their start, so the cache runs only the
         new tokens.
         """
-        words = _FINAL_PUNCTUATION.sub("", text).strip()
+        words = _INNER_PERIOD.sub(",", _FINAL_PUNCTUATION.sub("", text).strip())
         if not words:
             return 0.0
         ids = self.llm.encode(words)
@@ -187,6 +192,8 @@ class LocalLlmSession(LlmSession):
         return softmax_mass(logits, sentence_end_ids(self.llm.tokenizer, logits.shape[-1]))
 
 
+#: A period that ends a sentence inside the text (a word before it, more words after).
+_INNER_PERIOD = re.compile(r"(?<=\w)\.(?=\s+\S)")
 #: What a transcript may end with that the model should predict instead.
 _FINAL_PUNCTUATION = re.compile(r"[\s.,;:!?…\-\"'”’)\]]+$")
 #: Tokens that end a sentence: . ? ! alone or with closing quotes and brackets; not "..",
