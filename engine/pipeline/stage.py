@@ -236,10 +236,12 @@ class _StageThread(Generic[ModelT]):
     def _run(self) -> None:
         raise NotImplementedError
 
-    def _forward(self, work: Callable[[], Iterator[Message]], what: object) -> None:
-        """Run one unit of work and emit its outputs; record its compute time; report
-        failures. ``work`` is called inside the guard: an override may be a generator
-        (which runs as it is iterated) or a plain function (which runs when called)."""
+    def _forward(self, work: Callable[[], Iterator[Message]], what: object,
+                 counted: bool = True) -> None:
+        """Run one unit of work and emit its outputs; record its compute time (``counted``:
+        as one message's, in the stage's figures); report failures. ``work`` is called
+        inside the guard: an override may be a generator (which runs as it is iterated)
+        or a plain function (which runs when called)."""
         start = time.perf_counter()
         self._blocked_s = 0.0
         try:
@@ -253,7 +255,9 @@ class _StageThread(Generic[ModelT]):
         except Exception as exc:  # noqa: BLE001 - one bad message must not kill the stage; _failed logs it
             self._failed(exc, what)
         finally:
-            self.ctx.metrics.stage_time(self.name, time.perf_counter() - start - self._blocked_s)
+            if counted:
+                self.ctx.metrics.stage_time(self.name,
+                                            time.perf_counter() - start - self._blocked_s)
 
     def _failed(self, exc: Exception, what: object) -> None:
         """Report a failure on ``what`` and end the turn it belongs to."""
@@ -373,6 +377,16 @@ class SourceStage(_StageThread[ModelT]):
     def after_read(self) -> None:
         """Called in the stage thread after every read of the source, block or not."""
 
+    def between_blocks_s(self) -> float | None:
+        """None: a read waits up to ``_POLL_S`` for the next block. A number: something
+        may be due before the next block (a decision other threads feed); reads wait at
+        most that long, and ``between_blocks`` runs after each one that got no block."""
+        return None
+
+    def between_blocks(self) -> Iterator[Message]:
+        """A read got no block while ``between_blocks_s`` asked for it: yield what is due."""
+        return iter(())
+
     def queue_depth(self) -> tuple[int, int]:
         return self.source.buffered_blocks, self.source.buffer_capacity
 
@@ -380,7 +394,8 @@ class SourceStage(_StageThread[ModelT]):
         try:
             while not self.ctx.stopping.is_set():
                 self.adopt_pending_model()
-                block = self.source.read(_POLL_S)
+                poll_s = self.between_blocks_s()
+                block = self.source.read(_POLL_S if poll_s is None else poll_s)
                 try:
                     self.after_read()
                 except Exception:  # housekeeping must not end the input (logged)
@@ -388,6 +403,9 @@ class SourceStage(_StageThread[ModelT]):
                 if block is None:
                     if self.source.finished:
                         break
+                    if poll_s is not None:  # a look every few ms, not a message
+                        self._forward(self.between_blocks, "the wait for the next block",
+                                      counted=False)
                     continue
                 self._forward(functools.partial(self.process_block, block), block)
             if not self.ctx.stopping.is_set():

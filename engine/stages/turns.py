@@ -7,7 +7,8 @@ reopens the same turn with the combined audio. With ``speculative`` on, the segm
 sent early, after ``speculative_start_ms`` of silence (at most ``min_silence_ms``), so STT
 and LLM overlap the rest of the silence and the grace; any sound before the segment ends,
 or speech inside the grace, drops that work (``Reopened``). Without it, the segment is
-sent at the commit. Nothing commits before the segment ends.
+sent at the commit. Nothing commits before the segment ends, except on a confident
+end-of-turn decision (``commit_now``) once the speculative segment went out.
 """
 
 from __future__ import annotations
@@ -148,8 +149,20 @@ class TurnDetector:
         frames = min(len(self._frames), math.ceil(last_s / self.frame_s))
         return np.concatenate(self._frames[-frames:]) if frames else np.zeros(0, np.float32)
 
+    @property
+    def may_commit_now(self) -> bool:
+        """``commit_now`` would commit: the turn is in its grace, or its speculative
+        segment went out and only silence came since."""
+        return self.state is TurnState.GRACE or (self.state is TurnState.SPEECH
+                                                 and self._speculated)
+
     def commit_now(self) -> list[TurnEvent]:
-        """End the turn in its grace at once (a confident end-of-turn decision)."""
+        """End the turn at once on a confident end-of-turn decision (``may_commit_now``):
+        the scores of the speculative segment may come before ``min_silence_ms`` has
+        passed, and the segment they judged is the one committed."""
+        if self.state is TurnState.SPEECH and self._speculated:
+            self._t_end = self._t_frame_end(self._last_voiced)
+            return [self._commit()]
         return [self._commit()] if self.state is TurnState.GRACE else []
 
     def flush(self) -> list[TurnEvent]:

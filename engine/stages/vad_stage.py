@@ -39,6 +39,9 @@ from engine.stages.end_of_turn.smart_turn import WINDOW_S as SMART_TURN_WINDOW_S
 from engine.stages.turns import Committed, Partial, Reopened, SegmentEnded, Started, TurnDetector, TurnEvent
 
 _HEALTH_POLL_S = 0.1  # how often the devices' health is collected
+#: How often a speculated turn's learned decision is looked at between two blocks (32 ms
+#: apart): the commit comes within this of its second score.
+DECISION_POLL_S = 0.004
 log = logging.getLogger("parley.end_of_turn")
 
 
@@ -117,7 +120,7 @@ class VadStage(SourceStage[VadModel]):
                 yield from self._on_turn_event(event)
             if self._audio_score_due and self.detector.silence_s >= self._audio_offer_from_s - 1e-6:
                 self._offer_audio_score()
-            if self.detector.in_grace and config.turns.end_of_turn is EndOfTurn.LEARNED:
+            if self.detector.may_commit_now and config.turns.end_of_turn is EndOfTurn.LEARNED:
                 for event in self._learned_end_of_turn(config.turns):
                     yield from self._on_turn_event(event)
         if block.marker is InputMarker.COMMIT:
@@ -125,10 +128,24 @@ class VadStage(SourceStage[VadModel]):
         elif block.marker is InputMarker.CLEAR:
             self._clear()
 
+    def between_blocks_s(self) -> float | None:
+        """``DECISION_POLL_S`` while a speculated turn awaits its learned decision: the
+        scores come from other threads, and the commit need not wait for the next block."""
+        if (self.detector.may_commit_now and not self._decided_early
+                and self._config.turns.end_of_turn is EndOfTurn.LEARNED):
+            return DECISION_POLL_S
+        return None
+
+    def between_blocks(self) -> Iterator[Message]:
+        if self.detector.may_commit_now and self._config.turns.end_of_turn is EndOfTurn.LEARNED:
+            for event in self._learned_end_of_turn(self._config.turns):
+                yield from self._on_turn_event(event)
+
     def _learned_end_of_turn(self, turns: TurnConfig) -> list:
-        """In the grace: commit as soon as the audio model and the LLM's text signal say
-        the turn is over (``decide.commit_early``); otherwise the grace runs out as
-        without a model. Both were asked for at the speculative start."""
+        """Once the speculative segment went out: commit as soon as the audio model and
+        the LLM's text signal say the turn is over (``decide.commit_early``), even before
+        ``min_silence_ms``; otherwise the grace runs out as without a model. Both were
+        asked for at the speculative start."""
         ctx, turn = self.ctx, self.turn_id
         generation = self._segment_generation
         scores = ctx.turn_end.scores(turn, generation)

@@ -545,6 +545,54 @@ def test_a_source_stage_goes_on_after_process_block_fails(make_ctx):
     assert [(e.stage, e.message) for e in errors] == [("blocks", "ValueError: bad block")]
 
 
+class DecidesBetweenBlocks(BlockValues):
+    """While ``due`` is set, asks to be woken every 4 ms between blocks and yields 99 once
+    ``decided`` (set by another thread) is."""
+
+    def __init__(self, ctx: StageContext, source: FakeSource) -> None:
+        super().__init__(ctx, source)
+        self.due, self.decided = threading.Event(), threading.Event()
+        self.timeouts: list[float] = []
+        self.at: float | None = None
+
+    def between_blocks_s(self) -> float | None:
+        return 0.004 if self.due.is_set() else None
+
+    def between_blocks(self) -> Iterator[Message]:
+        self.timeouts.append(time.perf_counter())
+        if self.decided.is_set():
+            self.due.clear()
+            self.at = time.perf_counter()
+            yield Num(1, self.ctx.control.generation, 99)
+
+
+def test_a_source_stage_acts_between_blocks_only_while_asked_to(make_ctx):
+    # A decision fed by another thread (the learned end of turn's scores) need not wait
+    # for the next block: the stage polls for it while it is due, and not otherwise.
+    source = FakeSource()
+    ctx, stages = make_ctx()
+    stage, collect = DecidesBetweenBlocks(ctx, source), Collect(ctx)
+    stage.connect(collect)
+    stages += [stage, collect]
+    _start(stage, collect)
+    source.push(1)
+    assert _wait_for(lambda: collect.values() == [1])
+    time.sleep(0.12)
+    assert stage.timeouts == []  # nothing due: reads wait for blocks as before
+    stage.due.set()
+    time.sleep(0.05)
+    decided = time.perf_counter()
+    stage.decided.set()
+    assert _wait_for(lambda: collect.values() == [1, 99])
+    assert stage.at is not None and stage.at - decided < 0.05  # no block came meanwhile
+    polls = len(stage.timeouts)
+    assert polls >= 5
+    time.sleep(0.12)
+    assert len(stage.timeouts) == polls  # decided: no more polling
+    source.push(2)
+    assert _wait_for(lambda: collect.values() == [1, 99, 2])
+
+
 def test_a_source_stage_queue_depth_is_the_sources_buffer(make_ctx):
     source = FakeSource(capacity=8)
     _ctx, stage, collect = _source_pipeline(make_ctx, source)

@@ -151,17 +151,34 @@ def early(silence=300, grace=900, start=200):
 
 def test_the_early_speculative_start_drops_its_work_when_speech_resumes():
     # 250 ms of silence: past the speculative start (200 ms), short of the segment's end
-    # (300 ms). The work started on the first part is dropped, the turn goes on as one,
-    # and nothing could have committed it in between (no grace yet).
+    # (300 ms). The work started on the first part is dropped and the turn goes on as
+    # one; from the speech on, no decision can commit the dropped segment.
     detector = early()
     events = _push(detector, [(0.0, 0.3), (0.9, 1.0), (0.0, 0.25)])
     assert kinds([(0, e) for e in events]) == ["Started", "SegmentEnded"]
-    assert not detector.in_grace and detector.commit_now() == []
-    events = _push(detector, [(0.9, 0.5), (0.0, 2.0)], start_t=101.55)
+    assert detector.may_commit_now and not detector.in_grace
+    events = _push(detector, [(0.9, 0.5)], start_t=101.55)
+    assert kinds([(0, e) for e in events]) == ["Reopened"]
+    assert not detector.may_commit_now and detector.commit_now() == []
+    events += _push(detector, [(0.0, 2.0)], start_t=102.05)
     assert kinds([(0, e) for e in events]) == ["Reopened", "SegmentEnded", "Committed"]
     second, commit = events[1], events[2]
     assert commit.speculated and commit.t_speech_end == pytest.approx(102.05, abs=2 * FRAME_S)
     assert second.audio.size / 16000 == pytest.approx(0.3 + 1.0 + 0.25 + 0.5 + 0.3, abs=0.1)
+
+
+def test_a_confident_decision_commits_the_speculated_segment_before_it_ends():
+    # The learned end of turn may decide within min_silence_ms: the segment it judged
+    # (sent at the speculative start) is the one committed, with its own end of speech.
+    detector = early()
+    events = _push(detector, [(0.0, 0.3), (0.9, 1.0), (0.0, 0.25)])
+    segment = events[-1]
+    assert isinstance(segment, SegmentEnded) and detector.may_commit_now
+    (commit,) = detector.commit_now()
+    assert isinstance(commit, Committed) and commit.speculated
+    assert commit.t_speech_end == segment.t_speech_end
+    assert commit.voiced_samples == segment.voiced_samples
+    assert not detector.in_turn and not detector.may_commit_now
 
 
 def test_any_sound_after_the_early_start_drops_the_work_before_the_segment_ends():
