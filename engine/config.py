@@ -246,9 +246,10 @@ class TurnConfig:
     # (decide.AUDIO_SCORE_SILENCE_S), however soon the STT starts: at 64 ms the early
     # commits came ~50 ms sooner, but the mean wait was within the runs' spread (0.69 s
     # vs 0.72 s, bench turn-taking --runs 2 on a 2.1 GHz Xeon, 2026-12-06) and each
-    # pause of 64 ms inside speech costs a dropped STT call. Again later: 0.625 s at 100
-    # ms against 0.665-0.675 s at 64 and 0.668 s at 96 (README, "Turn-taking").
-    speculative_start_ms: int = field(default=100, metadata=_range(0, 10000,
+    # pause of 64 ms inside speech costs a dropped STT call. 64 ms since Smart Turn
+    # scores the newest audio once the STT is done and a decision may commit before the
+    # segment ends: 0.603 s mean at 64 ms, 0.611 s at 32 (README, "Turn-taking").
+    speculative_start_ms: int = field(default=64, metadata=_range(0, 10000,
         "silence before the speculative STT/LLM start (at most vad.min_silence_ms; "
         "sound before the segment ends drops the work)", runtime=True))
 
