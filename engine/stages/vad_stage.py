@@ -120,9 +120,7 @@ class VadStage(SourceStage[VadModel]):
                 yield from self._on_turn_event(event)
             if self._audio_score_due and self.detector.silence_s >= self._audio_offer_from_s - 1e-6:
                 self._offer_audio_score()
-            if self.detector.may_commit_now and config.turns.end_of_turn is EndOfTurn.LEARNED:
-                for event in self._learned_end_of_turn(config.turns):
-                    yield from self._on_turn_event(event)
+            yield from self._learned_decision()
         if block.marker is InputMarker.COMMIT:
             yield from self.on_source_end()
         elif block.marker is InputMarker.CLEAR:
@@ -137,6 +135,11 @@ class VadStage(SourceStage[VadModel]):
         return None
 
     def between_blocks(self) -> Iterator[Message]:
+        return self._learned_decision()
+
+    def _learned_decision(self) -> Iterator[Message]:
+        """Under learned end of turn, a speculated turn commits as soon as its scores say
+        so (``_learned_end_of_turn``): looked at every frame and between blocks."""
         if self.detector.may_commit_now and self._config.turns.end_of_turn is EndOfTurn.LEARNED:
             for event in self._learned_end_of_turn(self._config.turns):
                 yield from self._on_turn_event(event)
@@ -156,7 +159,7 @@ class VadStage(SourceStage[VadModel]):
         return self.detector.commit_now()
 
     def _offer_audio_score(self) -> None:
-        """Offer the audio model the revision in its grace, as it stands this frame: the
+        """Offer the audio model the speculated revision as it stands this frame: the
         score runs on the newest offer once the CPU is free for it (``AudioScorer``), so
         the offers stop once it started."""
         scorer = self.audio_scorer
