@@ -141,11 +141,9 @@ class TurnDetector:
         """Seconds of silence since the last voiced frame of the turn in progress."""
         return (len(self._frames) - 1 - self._last_voiced) * self.frame_s if self._frames else 0.0
 
-    def audio_so_far(self, last_s: float | None = None) -> np.ndarray:
-        """The turn's audio up to now, trailing silence included (for an end-of-turn
-        model); only its last ``last_s`` seconds (whole frames) when given."""
-        if last_s is None:
-            return self._audio(len(self._frames))
+    def audio_so_far(self, last_s: float) -> np.ndarray:
+        """The last ``last_s`` seconds (whole frames) of the turn's audio up to now,
+        trailing silence included (for an end-of-turn model)."""
         frames = min(len(self._frames), math.ceil(last_s / self.frame_s))
         return np.concatenate(self._frames[-frames:]) if frames else np.zeros(0, np.float32)
 

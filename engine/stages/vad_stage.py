@@ -25,7 +25,7 @@ from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSource, InputMarke
 from engine.audio.echo import EchoCanceller
 from engine.audio.health import DeviceState, HealthLog, HealthReport, SampleGuard
 from engine.backends.base import VadModel
-from engine.config import BargeIn, EndOfTurn, EngineConfig, TurnConfig
+from engine.config import BargeIn, EndOfTurn, EngineConfig
 from engine.pipeline.control import CancelReason
 from engine.pipeline.events import AudioStatus, EngineError, TurnCancelled, UserSpeaking
 from engine.pipeline.messages import Message, SpeechSegment
@@ -85,8 +85,9 @@ class VadStage(SourceStage[VadModel]):
         self._segment_generation = 0  # the revision the speculative STT/LLM work runs under
         self._segment_end = 0.0  # its end of speech (capture clock)
         self._decided_early = False
-        self._audio_score_due = False  # the revision's audio waits for enough silence
-        self._audio_offer_from_s = 0.0  # ...this much (see _on_turn_event's SegmentEnded)
+        # The silence from which the speculated revision's audio is offered to the audio
+        # model (see _on_turn_event's SegmentEnded); None: no offer is due.
+        self._audio_offer_from_s: float | None = None
 
     def on_model(self) -> None:
         self.stream = self.model.new_stream()
@@ -118,7 +119,8 @@ class VadStage(SourceStage[VadModel]):
             probability = self.stream.speech_probability(frame)
             for event in self.detector.push(frame, probability, t):
                 yield from self._on_turn_event(event)
-            if self._audio_score_due and self.detector.silence_s >= self._audio_offer_from_s - 1e-6:
+            offer_from = self._audio_offer_from_s
+            if offer_from is not None and self.detector.silence_s >= offer_from - 1e-6:
                 self._offer_audio_score()
             yield from self._learned_decision()
         if block.marker is InputMarker.COMMIT:
@@ -129,34 +131,31 @@ class VadStage(SourceStage[VadModel]):
     def between_blocks_s(self) -> float | None:
         """``DECISION_POLL_S`` while a speculated turn awaits its learned decision: the
         scores come from other threads, and the commit need not wait for the next block."""
-        if (self.detector.may_commit_now and not self._decided_early
-                and self._config.turns.end_of_turn is EndOfTurn.LEARNED):
-            return DECISION_POLL_S
-        return None
+        return DECISION_POLL_S if self._awaits_learned_decision() else None
 
     def between_blocks(self) -> Iterator[Message]:
         return self._learned_decision()
 
-    def _learned_decision(self) -> Iterator[Message]:
-        """Under learned end of turn, a speculated turn commits as soon as its scores say
-        so (``_learned_end_of_turn``): looked at every frame and between blocks."""
-        if self.detector.may_commit_now and self._config.turns.end_of_turn is EndOfTurn.LEARNED:
-            for event in self._learned_end_of_turn(self._config.turns):
-                yield from self._on_turn_event(event)
+    def _awaits_learned_decision(self) -> bool:
+        return (self.detector.may_commit_now
+                and self._config.turns.end_of_turn is EndOfTurn.LEARNED)
 
-    def _learned_end_of_turn(self, turns: TurnConfig) -> list:
-        """Once the speculative segment went out: commit as soon as the audio model and
-        the LLM's text signal say the turn is over (``decide.commit_early``), even before
-        ``min_silence_ms``; otherwise the grace runs out as without a model. Both were
-        asked for at the speculative start."""
-        ctx, turn = self.ctx, self.turn_id
-        generation = self._segment_generation
-        scores = ctx.turn_end.scores(turn, generation)
-        if not commit_early(scores, turns.end_of_turn_threshold):
-            return []
+    def _learned_decision(self) -> Iterator[Message]:
+        """Once the speculative segment went out, under learned end of turn: commit as
+        soon as the audio model and the LLM's text signal say the turn is over
+        (``decide.commit_early``), even before ``min_silence_ms``; otherwise the grace
+        runs out as without a model. Both were asked for at the speculative start;
+        looked at every frame and between blocks."""
+        if not self._awaits_learned_decision():
+            return
+        turn, generation = self.turn_id, self._segment_generation
+        scores = self.ctx.turn_end.scores(turn, generation)
+        if not commit_early(scores, self._config.turns.end_of_turn_threshold):
+            return
         self._record_end_of_turn(turn, generation, early=True)
         self._decided_early = True
-        return self.detector.commit_now()
+        for event in self.detector.commit_now():
+            yield from self._on_turn_event(event)
 
     def _offer_audio_score(self) -> None:
         """Offer the audio model the speculated revision as it stands this frame: the
@@ -164,7 +163,7 @@ class VadStage(SourceStage[VadModel]):
         the offers stop once it started."""
         scorer = self.audio_scorer
         if scorer is None or scorer.taken(self.turn_id, self._segment_generation):
-            self._audio_score_due = False
+            self._audio_offer_from_s = None
             return
         scorer.offer(self.turn_id, self._segment_generation,
                      self.detector.audio_so_far(last_s=SMART_TURN_WINDOW_S))
@@ -267,12 +266,13 @@ class VadStage(SourceStage[VadModel]):
             # call asks for the CPU first, so the score waits for it and runs on the
             # revision as it stands then (AudioScorer), before the transcript's text
             # signal. Offered each frame until its score starts (process_block).
-            self._audio_score_due = (self.audio_scorer is not None
-                                     and self._config.turns.end_of_turn is EndOfTurn.LEARNED)
-            self._audio_offer_from_s = max(AUDIO_SCORE_SILENCE_S,
-                                           self.detector.silence_s + self.detector.frame_s)
+            scored = (self.audio_scorer is not None
+                      and self._config.turns.end_of_turn is EndOfTurn.LEARNED)
+            self._audio_offer_from_s = (max(AUDIO_SCORE_SILENCE_S,
+                                            self.detector.silence_s + self.detector.frame_s)
+                                        if scored else None)
         elif isinstance(event, Reopened):
-            self._audio_score_due = False
+            self._audio_offer_from_s = None
             if self._config.turns.end_of_turn is EndOfTurn.LEARNED:
                 self._log_revision("reopened", ctx.turn_end.scores(self.turn_id,
                                                                     self._segment_generation))
@@ -280,7 +280,7 @@ class VadStage(SourceStage[VadModel]):
             ctx.metrics.reset_turn_work(unit, self.turn_id, generation)
             ctx.events.emit(TurnCancelled(unit, self.turn_id, CancelReason.REOPENED))
         elif isinstance(event, Committed):
-            self._audio_score_due = False
+            self._audio_offer_from_s = None
             ctx.events.emit(UserSpeaking(unit, self.turn_id, False))
             if not event.speculated:
                 yield self._final(event)
