@@ -13,6 +13,7 @@ import pytest
 from engine.backends import BackendRegistry
 from engine.backends.base import GenerationOptions, LoadRequest
 from engine.backends.llm.chat_tokenizer import ChatTokenizer
+from engine.backends.llm.local_session import TEXT_SIGNAL_WORDS
 from engine.config import LlmConfig
 from engine.errors import ConfigError, DeviceError, MissingDependencyError
 from engine.runtime.devices import CPU, Device
@@ -160,6 +161,16 @@ def test_the_text_signal_tells_a_finished_sentence_from_a_cut_one(onnx_llm):
     with_comma = onnx_llm.new_session().sentence_end_probability(
         "I tell you it is not poison, She cried.")
     assert with_period == pytest.approx(with_comma, abs=1e-4)
+    # A long turn is read from its last words: what was said further back does not
+    # change whether a sentence may end now.
+    tail = ("and that is why, after all these years of asking around, I would still like "
+            "to know what the capital of France is.")
+    assert len(tail.split()) >= TEXT_SIGNAL_WORDS
+    lecture = onnx_llm.new_session().sentence_end_probability(
+        "Much of political philosophy develops theories that take no account of where we "
+        "actually are. " + tail)
+    chat = onnx_llm.new_session().sentence_end_probability("Hello there, " + tail)
+    assert chat == pytest.approx(lecture, abs=1e-4) and chat > 0.1
     # The same session then answers a conversation as usual.
     steps, text = reply(session, [SYSTEM, {"role": "user", "content": "What time is it?"}])
     assert text.strip() and steps[-1].finished
