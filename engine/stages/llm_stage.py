@@ -180,8 +180,8 @@ class LlmStage(Stage[LlmModel]):
     def _score_turn_end(self, turn: int, gen: int, readings: tuple[str, ...]) -> None:
         """A speculative turn under learned end of turn: how likely the user's words end a
         sentence, for the source stage to weigh with the audio model. Scored on the words
-        alone, in a session of its own (a few tokens, since revisions of a turn share their
-        start): with the conversation in the prompt the signal drifted with the history.
+        alone (the last ``local_session.TEXT_SIGNAL_WORDS``: a few tokens), in a session of
+        its own: with the conversation in the prompt the signal drifted with the history.
 
         Where the STT was unsure of the words (``readings`` holds more than its text), the
         least likely end counts: a turn commits early only when every reading of it may
