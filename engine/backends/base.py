@@ -146,6 +146,13 @@ class SttModel(Backend, Protocol):
         """
         ...
 
+    def transcribe_live(self, audio: np.ndarray, language: str | None = None,
+                        beam_size: int = 1, fit_window_s: float | None = None) -> SttResult:
+        """A live transcript of speech still going on (``turns.live_transcription``): the
+        next one or the final transcript replaces it within a second, so a backend may
+        skip the work ``transcribe`` spends on doubtful words. By default ``transcribe``."""
+        return self.transcribe(audio, language, beam_size, fit_window_s)
+
     def check_language(self, language: str | None) -> None:
         """ConfigError unless the model can transcribe ``language`` (None: detect)."""
         ...

@@ -129,8 +129,8 @@ class SttStage(Stage[SttModel]):
                 if not may_run or msg.revision < self.partials.latest:
                     metrics.dropped_stale("stt-partial")
                     return
-                result = self.model.transcribe(msg.audio, language, options.beam_size,
-                                               options.fit_window_s)
+                result = self.model.transcribe_live(msg.audio, language, options.beam_size,
+                                                    options.fit_window_s)
             if self.is_stale(msg) or msg.revision < self.partials.final:
                 return
             stable, unstable = stable_prefix(self._last_partial.get(msg.turn_id, ""), result.text)

@@ -128,6 +128,27 @@ def test_an_unsure_fitted_decode_falls_back_to_30_s(fw, jfk16k, one_two_three_pa
     assert "one two three" in normalize_spelled(fw.transcribe(audio, "en", 1, FIT).text)
 
 
+def test_a_live_transcript_keeps_an_unsure_fitted_decode(fw, one_two_three_path, monkeypatch):
+    # A live transcript is replaced within a second: the fitted words are kept where the
+    # decoder was unsure, without the 30 s decode the final transcript would pay for.
+    from engine.backends.stt import whisper_window
+
+    audio = load_audio(one_two_three_path)
+    monkeypatch.setattr(whisper_window, "UNSURE_LOGPROB", 0.0)  # every decode is unsure
+
+    def no_30_s_window(*args, **kwargs):
+        raise AssertionError("a live transcript must not decode the 30 s window")
+
+    monkeypatch.setattr(fw._model, "transcribe", no_30_s_window)
+    before = fw.fitted.fallbacks
+    live = fw.transcribe_live(audio, "en", 1, FIT)
+    assert fw.fitted.fallbacks == before + 1
+    assert "one two three" in normalize_spelled(live.text)
+    # The final transcript of the same audio still takes the 30 s window.
+    with pytest.raises(AssertionError, match="30 s window"):
+        fw.transcribe(audio, "en", 1, FIT)
+
+
 def test_full_keeps_the_30_s_window(fw, jfk16k, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("window full must not take the fitted path")

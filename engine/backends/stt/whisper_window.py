@@ -149,8 +149,9 @@ class FittedWhisper:
         self._suppress = list(get_suppressed_tokens(self._tokenizer("en"), (-1,)) or ())
         self._silence: np.ndarray | None = None  # the encoding of 30 s of silence
         self._silence_lock = threading.Lock()
-        #: Calls that fell back to the 30 s window because the fitted output looped or
-        #: was unsure (a count for reports; concurrent calls may each add one).
+        #: Fitted decodes set aside because they looped or were unsure: ``transcribe``
+        #: decodes those on the 30 s window (``FasterWhisperStt.transcribe_live`` keeps
+        #: an unsure one). A count for reports; concurrent calls may each add one.
         self.fallbacks = 0
 
     def _tokenizer(self, language: str) -> Tokenizer:
