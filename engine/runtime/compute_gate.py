@@ -127,6 +127,14 @@ class ComputeGate:
         with self._cond:
             return self._standing_of(unit).urgency
 
+    def sharing(self, urgency: Urgency) -> float:
+        """Units standing at ``urgency`` per place of the gate, at least 1: work each of
+        them repeats at a steady rate (live transcription) spaced out by this much keeps
+        the gate as busy as one unit's would."""
+        with self._cond:
+            standing = sum(s.urgency is urgency for s in self._standing.values())
+        return max(1.0, standing / self.slots)
+
     def others_ahead(self, unit: int) -> bool:
         """Whether another unit more urgent than ``unit`` computes or waits to: this
         unit's calls then wait for it."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from engine.pipeline.events import FinalTranscript, PartialTranscript
 from engine.pipeline.messages import Message, SpeechSegment, Transcript
 from engine.pipeline.metrics import Figure, Mark
 from engine.pipeline.stage import Stage, StageContext
-from engine.runtime.compute_gate import Urgency
+from engine.runtime.compute_gate import Urgency, get_compute_gate
 from engine.stages.vad_stage import PartialSequence
 
 
@@ -110,6 +111,7 @@ class SttStage(Stage[SttModel]):
         self.partials = partials
         self._last_partial: dict[int, str] = {}
         self._heard: HeardSoFar | None = None  # the newest final segment's words
+        self._live_started = -math.inf  # when this unit's last live transcription started
 
     def process(self, msg: Message) -> Iterator[Message]:
         if not isinstance(msg, SpeechSegment):
@@ -122,6 +124,9 @@ class SttStage(Stage[SttModel]):
             if msg.revision < self.partials.latest:
                 metrics.dropped_stale("stt-partial")
                 return  # a newer partial (or the final segment) is already on its way
+            if not self._live_due():
+                metrics.dropped_stale("stt-partial-shared")
+                return
             # After every turn's reply work; dropped once a newer partial or the final
             # segment is on its way (the final one waits in this stage's inbox).
             with self.computing(Urgency.LISTENING,
@@ -129,6 +134,7 @@ class SttStage(Stage[SttModel]):
                 if not may_run or msg.revision < self.partials.latest:
                     metrics.dropped_stale("stt-partial")
                     return
+                self._live_started = time.perf_counter()
                 result = self.model.transcribe_live(msg.audio, language, options.beam_size,
                                                     options.fit_window_s)
             if self.is_stale(msg) or msg.revision < self.partials.final:
@@ -163,6 +169,19 @@ class SttStage(Stage[SttModel]):
         self.ctx.held.emit(msg.turn_id, msg.generation, FinalTranscript(unit, msg.turn_id, text))
         yield Transcript(msg.turn_id, msg.generation, text, True, msg.t_speech_end,
                          other_readings=final.other_readings)
+
+    def _live_due(self) -> bool:
+        """Whether this unit may start a live transcription now. Where several units
+        listen on one CPU (``ComputeGate.sharing``), each transcribes live that many
+        times less often (``turns.live_transcription_interval`` x units per place): a
+        call cannot be stopped once it runs, and four units' partials back to back kept
+        the CPU busy all the time the users spoke, so every turn that ended waited for
+        the one in progress (0-390 ms, 160 ms on average; bench serve --units 4)."""
+        if not self._computes_on_cpu:
+            return True
+        sharing = get_compute_gate().sharing(Urgency.LISTENING)
+        spacing = self.ctx.config.turns.live_transcription_interval * sharing
+        return sharing <= 1.0 or time.perf_counter() - self._live_started >= spacing
 
     def _transcribe_final(self, msg: SpeechSegment, options: SttConfig,
                           language: str | None) -> FinalTranscription:

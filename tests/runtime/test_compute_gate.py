@@ -245,3 +245,21 @@ def test_others_ahead_names_a_more_urgent_unit_computing_or_waiting():
     with gate.hold(1):
         assert gate.others_ahead(2)
     assert not gate.others_ahead(2)
+
+
+def test_sharing_counts_the_units_at_an_urgency_per_place():
+    gate = ComputeGate(1, handoff_s=0.0)
+    assert gate.sharing(Urgency.LISTENING) == 1.0  # nobody declared: one unit's pace
+    for unit in range(4):
+        gate.set_urgency(unit, Urgency.LISTENING)
+    assert gate.sharing(Urgency.LISTENING) == 4.0
+    gate.set_urgency(2, Urgency.FIRST_AUDIO)  # that user stopped speaking
+    assert gate.sharing(Urgency.LISTENING) == 3.0
+    two_places = ComputeGate(2, handoff_s=0.0)
+    for unit in range(4):
+        two_places.set_urgency(unit, Urgency.LISTENING)
+    assert two_places.sharing(Urgency.LISTENING) == 2.0
+    two_places.set_urgency(0, Urgency.REPLY)
+    two_places.set_urgency(1, Urgency.REPLY)
+    two_places.set_urgency(2, Urgency.REPLY)
+    assert two_places.sharing(Urgency.LISTENING) == 1.0
