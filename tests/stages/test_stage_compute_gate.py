@@ -1,5 +1,7 @@
 """Stages and the CPU's compute gate: a CPU model's calls take it, a remote one's do not,
-and a partial transcription that went stale while waiting never holds up the final one."""
+a partial transcription that went stale while waiting never holds up the final one, and
+units listening on one CPU space their partials out so that together they leave it free
+as often as one unit's."""
 
 from __future__ import annotations
 
@@ -9,9 +11,10 @@ import time
 import numpy as np
 import pytest
 
+from engine.pipeline.events import PartialTranscript
 from engine.pipeline.messages import SpeechSegment, Transcript
 from engine.runtime import compute_gate
-from engine.runtime.compute_gate import ComputeGate
+from engine.runtime.compute_gate import ComputeGate, Urgency
 from tests.stages.test_stt_continue import RATE, ScriptedStt, segment, stage_for
 from tests.support.threads import HeldGate
 
@@ -118,3 +121,38 @@ def test_end_of_turn_scores_that_cannot_start_in_time_are_not_wanted():
     assert not board.scores_wanted(5, 0)
     board.forget(5)
     assert board.scores_wanted(5, 0)
+
+
+def _live_texts(stage, ctx, revisions: list[int]) -> list[str]:
+    shown: list[PartialTranscript] = []
+    ctx.events.subscribe(lambda event: shown.append(event)
+                         if isinstance(event, PartialTranscript) else None)
+    for revision in revisions:
+        stage.partials.latest = revision
+        list(stage.process(_partial(ctx, revision)))
+    return [event.stable + "|" + event.unstable for event in shown]
+
+
+def test_a_unit_listening_alone_transcribes_every_partial(gate):
+    model = ScriptedStt(["And so", "And so my fellow"])
+    stage, ctx = stage_for(model)
+    gate.set_urgency(0, Urgency.LISTENING)
+    assert _live_texts(stage, ctx, [1, 2]) == ["|And so", "And so|my fellow"]
+    assert len(model.calls) == 2
+
+
+def test_four_units_listening_on_one_place_space_each_units_partials_out(gate):
+    model = ScriptedStt(["And so", "And so my fellow"])
+    stage, ctx = stage_for(model)
+    for unit in range(4):
+        gate.set_urgency(unit, Urgency.LISTENING)
+    # The second partial comes within 4 x live_transcription_interval of the first: dropped,
+    # and counted; the model is not asked.
+    assert _live_texts(stage, ctx, [1, 2]) == ["|And so"]
+    assert len(model.calls) == 1
+    (spaced,) = ctx.metrics.stage_stats({"stt-partial-shared": (0, 0)})
+    assert spaced.dropped_stale == 1
+    # Once the others stopped speaking, the unit's next partial runs at once.
+    for unit in (1, 2, 3):
+        gate.set_urgency(unit, Urgency.FIRST_AUDIO)
+    assert _live_texts(stage, ctx, [3]) == ["And so|my fellow"]
