@@ -225,13 +225,12 @@ class TurnConfig:
     # the user's words alone, the least sure of the STT's readings) cut no recording of
     # resources/audio inside a sentence (24 ends, 2 runs); with the 100 ms speculative
     # start and the CPU's compute gate its mean wait on finished turns was 0.67 s (p50
-    # 0.46 s) against silence's 1.25 s. It misses 0.6 s because SmolLM2-135M's text
-    # signal and Smart Turn cannot tell "Since the commencement of the season." or "One,
-    # two, three." from jfk's first pause (1.06 s long), so those wait for the grace
-    # (bench turn-taking, 2026-12-04). On a 2.1 GHz Xeon, with the LLM's decoder on
-    # onnxruntime (no GIL held while it computes): 0.69 s mean, 0 cut; with a paused
-    # turn's words joined across the pause (stt_stage.join_after_pause): 0.625 s and
-    # 0.687 s mean in two rounds, 17-18 of 24 early, 0 cut (2026-12-06).
+    # 0.46 s) against silence's 1.25 s (bench turn-taking, 2026-12-04). On a 2.1 GHz Xeon,
+    # after the rounds in README's "Turn-taking" (the last: the text signal on the turn's
+    # last 16 words), 0.519 s and 0.521 s mean, 20 of 24 early, 0 cut (2026-12-06).
+    # SmolLM2-135M's text signal and Smart Turn cannot tell "Since the commencement of
+    # the season." or "One, two, three." from jfk's first pause (1.06 s long), so those
+    # two wait for the grace.
     end_of_turn: EndOfTurn = field(default=EndOfTurn.AUTO, metadata=_range(
         help="what ends a turn: silence, learned (Smart Turn audio model + LLM text signal), "
              "manual (an explicit commit), or auto (learned where installed)", runtime=True))
