@@ -91,10 +91,22 @@ def test_the_schema_check_rejects_a_broken_workflow(tmp_path):
     assert result.returncode == 1 and "'runs-on' is a required property" in result.stdout, result.stdout
 
 
-@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
-def test_each_workflow_has_a_linux_a_macos_arm64_and_a_windows_job(path):
-    platforms = _jobs_by_platform(_load(path))
-    assert {"linux", "macos-arm64", "windows"} <= platforms.keys(), sorted(platforms)
+def test_ci_has_a_linux_a_macos_arm64_and_a_windows_job():
+    assert {"linux", "macos-arm64", "windows"} <= _ci().keys(), sorted(_ci())
+
+
+def test_the_newest_versions_run_weekly_apart_from_ci_and_report_what_they_ran_with():
+    workflow = _load(ROOT / ".github" / "workflows" / "latest.yml")
+    assert set(workflow["on"]) == {"schedule", "workflow_dispatch"}  # never gates a push
+    (job,) = workflow["jobs"].values()
+    assert job["env"]["PARLEY_CI_TARGET"] == "test-latest" and "bash .ci/run" in _runs(job)
+    (upload,) = _uses(job, "actions/upload-artifact")
+    assert upload["if"] == "always()" and upload["with"]["path"] == "build/latest-versions.txt"
+    ci_run = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert 'make "$target"' in ci_run and 'target="${PARLEY_CI_TARGET:-test}"' in ci_run
+    test_latest = _makefile_recipe("test-latest")
+    assert any("LOCK=" in line and "install-dev" in line for line in test_latest), test_latest
+    assert any("packaging/lock.py diff" in line for line in test_latest), test_latest
 
 
 # ------------------------------------------------------------------ what each job runs
@@ -129,7 +141,8 @@ def test_the_windows_job_installs_what_the_makefile_installs():
                  for line in _makefile_recipe(target) if "pip install" in line]
     assert len(pip_lines) == 3
     for line in pip_lines:
-        wanted = line.split("pip install", 1)[1].replace("$(CONSTRAINT_FLAG)", "-c .ci/constraints-cpu.txt")
+        wanted = line.split("pip install", 1)[1].replace("$(UPGRADE_FLAG)", "").replace(
+            "$(CONSTRAINT_FLAG)", "-c packaging/requirements.lock.txt -c .ci/constraints-cpu.txt")
         assert "pip install " + " ".join(wanted.split()) in runs, f"the Windows job lacks: {wanted}"
 
 
@@ -137,7 +150,7 @@ def test_the_windows_job_runs_what_make_test_runs():
     runs = _runs(_ci()["windows"])
     recipe = _makefile_recipe("test")
     for command in recipe:
-        command = command.removeprefix("PYRIGHT_PYTHON_IGNORE_WARNINGS=1 ")
+        command = command.removeprefix("PYRIGHT_PYTHON_IGNORE_WARNINGS=1 ").replace(" $(PYRIGHT_ARGS)", "")
         command = command.replace("$(BIN)/", ".venv/Scripts/")
         command = command.replace("$(PYTEST_ARGS)", "-ra -m 'not package'")
         assert command in runs, f"the Windows job lacks `make test`'s {command!r}"
