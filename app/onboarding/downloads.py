@@ -195,24 +195,38 @@ class _Transfer(Command):
             self._last_report = now
             self._report("advanced", self.done_bytes, *self._file)
 
-    def _plan(self) -> list[tuple[HubDownload, object]]:
+    def _snapshot(self, item: HubDownload, *, dry_run: bool):
+        """huggingface_hub's ``snapshot_download`` of ``item``, its file-count bars silenced."""
         from huggingface_hub import snapshot_download
         from tqdm.std import tqdm
 
-        class QuietBar(tqdm):  # the dry run's file-count bars: not for the terminal
+        class QuietBar(tqdm):  # the snapshot's file-count bars: not for the terminal
             def __init__(self, *args, **kwargs):
                 kwargs.pop("name", None)
                 super().__init__(*args, **{**kwargs, "file": io.StringIO()})
 
+        return snapshot_download(item.repo_id, allow_patterns=list(item.patterns or []) or None,
+                                 cache_dir=self.cache_dir, endpoint=self.endpoint,
+                                 dry_run=dry_run, tqdm_class=QuietBar)
+
+    def _plan(self) -> list[tuple[HubDownload, object]]:
         files = []
         for item in self.downloads:
-            infos = snapshot_download(item.repo_id, allow_patterns=list(item.patterns or []) or None,
-                                      cache_dir=self.cache_dir, endpoint=self.endpoint,
-                                      dry_run=True, tqdm_class=QuietBar)
-            files += [(item, info) for info in infos if info.will_download]
+            files += [(item, info) for info in self._snapshot(item, dry_run=True) if info.will_download]
             if self.stopping:
                 raise DownloadCancelled()
         return files
+
+    def _record_snapshots(self) -> None:
+        """Let huggingface_hub write what makes the files a snapshot of the branch.
+
+        The files came one by one at the planned commit, so nothing yet says which commit
+        ``main`` is: huggingface_hub 2.x writes ``refs/main`` (and its file listing) only in
+        a real ``snapshot_download``, and the backends' offline look-ups need it. With every
+        file in the cache, this downloads nothing.
+        """
+        for item in self.downloads:
+            self._snapshot(item, dry_run=False)
 
     def work(self, task: Task) -> tuple[DownloadState, str]:
         from huggingface_hub import hf_hub_download
@@ -231,6 +245,9 @@ class _Transfer(Command):
                 self._report("advanced", self.done_bytes, info.filename, number)
                 hf_hub_download(item.repo_id, info.filename, revision=info.commit_hash,
                                 cache_dir=self.cache_dir, endpoint=self.endpoint, tqdm_class=bar)
+            if self.stopping:
+                raise DownloadCancelled()
+            self._record_snapshots()
             if not files:
                 return DownloadState.DONE, "Every file is already in the cache: nothing to download."
             return DownloadState.DONE, f"Downloaded {len(files)} files ({human_bytes(self.done_bytes)})."
