@@ -98,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.cli.models import add_models_parser  # light: huggingface_hub loads to scan
 
     add_models_parser(sub)
+    from engine.cli.tls import add_tls_parser  # light: ssl and cryptography load to run it
+
+    add_tls_parser(sub)
     from engine.cli.doctor import add_doctor_parser  # light: the checks import their libraries when run
 
     add_doctor_parser(sub, add_config_flags)
@@ -173,6 +176,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from engine.cli.doctor import run_doctor
 
         return run_doctor(args, config_from_args(args))
+    if args.command == "tls":
+        from engine.cli.tls import run_tls
+
+        return run_tls(args)
     if args.command == "serve":
         from engine.cli.serve import run_serve
 

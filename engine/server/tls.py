@@ -8,18 +8,27 @@ unreadable, not PEM, an encrypted key, the key of another certificate, expired.
 ``--tls-self-signed`` keeps its files under ``<cache>/tls/``
 (``engine.runtime.paths.cache_dir``):
 
-- ``ca.pem`` and ``ca-key.pem``: a local certificate authority, made once. A client
-  trusts the server by passing ``ca.pem`` as its CA file. A CA rather than one
-  self-signed certificate: strict verifiers (Python 3.13's default context) refuse a
-  server certificate as its own trust anchor, and a kept CA can sign a new server
-  certificate without every client having to trust it again.
-- ``server.pem`` and ``server-key.pem``: the server's certificate, signed by that CA, for
-  this machine's names (``machine_names``). Made again, by the same CA, when those names
-  changed (a new LAN address) or it expires within ``RENEW_BEFORE_DAYS``.
+- ``ca.pem``: a local certificate authority that clients (and phones) trust. It can vouch
+  only for the names and addresses it was made for (``engine.server.local_ca``: name
+  constraints), and its private key never touches the disk: it signs the one server
+  certificate and is dropped, so a copy of this folder lets no one vouch for another site.
+  A CA rather than one self-signed certificate: strict verifiers (Python 3.13's default
+  context) refuse a server certificate as its own trust anchor.
+- ``server.pem`` and ``server-key.pem`` (owner-only, 0600): the server's certificate for
+  this machine's names (``machine_names``), valid as long as the CA (``CERT_DAYS``).
 
-Keys are written owner-only (0600). Making certificates, and reading a certificate's
-dates, needs ``cryptography`` (in the ``server`` extra); loading the user's own files
-needs only ``ssl``.
+The kept files are used as they are. A new CA and certificate are made, and
+``TlsCertificate.notes`` says that phones must trust the new ``ca.pem``, the first time,
+within ``RENEW_BEFORE_DAYS`` of the end, when the files are damaged, and in place of an
+older Parley's CA (no name constraints, its key kept in ``ca-key.pem``, which is
+overwritten and deleted). A name the machine gained since (a new LAN address) is not
+added by itself, since phones would have to trust a new CA each time: the notes name it
+and ``rotate`` (``parley-cli tls rotate``) makes a new CA for the current names;
+``remove`` (``parley-cli tls remove``) deletes the files; ``kept_authority`` describes
+them (``parley-cli tls show``).
+
+Making certificates, and reading a certificate's dates, needs ``cryptography`` (in the
+``server`` extra); loading the user's own files needs only ``ssl``.
 """
 
 from __future__ import annotations
@@ -41,11 +50,17 @@ if TYPE_CHECKING:
     from engine.server.server_settings import ServerSettings
 
 TLS_FOLDER = "tls"
-CA_DAYS = 3650
-SERVER_DAYS = 397  # the longest server certificate current browsers and Apple's TLS accept
+CA_FILE, CERT_FILE, KEY_FILE = "ca.pem", "server.pem", "server-key.pem"
+OLD_CA_KEY_FILE = "ca-key.pem"  # an older Parley kept its CA's key here
+# The CA and its one server certificate live as long: a certificate cannot outlive its CA,
+# and a shorter one would need the CA's key again. 397 days: within what Apple accepts of
+# a server certificate (825 days for a CA the user added, 398 for public ones), and a
+# stolen server key stops working within about a year.
+CERT_DAYS = 397
 RENEW_BEFORE_DAYS = 30
 _PEM_CERT = re.compile(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.S)
 _HOST_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9-]{1,63})*$")
+_PHONES = "README, \"A phone needs HTTPS\""
 
 
 @dataclass(frozen=True)
@@ -57,7 +72,26 @@ class TlsCertificate:
     fingerprint: str  # SHA-256 of the server certificate (DER), as AA:BB:...
     ca_file: Path | None = None  # self-signed: Parley's local CA; None for the user's own files
     names: tuple[str, ...] = ()  # self-signed: the names and addresses it is valid for
-    made: bool = False  # made by this call (first use, or the machine's names changed)
+    made: bool = False  # made by this call (first use, renewal, or rotate)
+    notes: tuple[str, ...] = ()  # self-signed: what the user must know or do (a new CA to trust)
+
+
+@dataclass(frozen=True)
+class KeptAuthority:
+    """The files ``--tls-self-signed`` keeps in a folder, read (``kept_authority``)."""
+
+    folder: Path
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+    ca_name: str  # the CA's common name: how a phone lists its profile
+    ca_fingerprint: str  # SHA-256 of ca.pem, as a phone shows it
+    fingerprint: str  # SHA-256 of the server certificate
+    names: tuple[str, ...]  # the server certificate's names and addresses
+    permitted: tuple[str, ...] | None  # what the CA may vouch for; None: an older, unconstrained CA
+    expires: datetime.datetime  # the end of the server certificate (and of the CA)
+    old_ca_key: bool  # an older Parley's ca-key.pem is still there
+    problem: str  # why the next start replaces these files; "" when it uses them as they are
 
 
 def resolve_tls(settings: ServerSettings, folder: Path | None = None) -> TlsCertificate | None:
@@ -150,40 +184,81 @@ def machine_names() -> tuple[str, ...]:
 
 
 def self_signed(folder: Path | None = None, names: tuple[str, ...] | None = None) -> TlsCertificate:
-    """The kept self-signed certificate for ``names`` (default ``machine_names()``), made
-    (with its CA, the first time) when there is none, it misses a name or it expires soon."""
+    """The kept self-signed certificate, or a new CA and certificate for ``names`` (default
+    ``machine_names()``) when there is none, it ends within ``RENEW_BEFORE_DAYS``, it is
+    damaged or its CA is an older, unconstrained one (see the module)."""
     folder = tls_folder() if folder is None else folder
-    names = machine_names() if names is None else names
     _require_crypto()
-    from cryptography import x509
-    from cryptography.hazmat.primitives import serialization
+    wanted = _certifiable(names)
+    kept = _inspect(folder)
+    if isinstance(kept, KeptAuthority) and not kept.problem:
+        uncovered = tuple(name for name in wanted if name not in kept.names)
+        notes = () if not uncovered else (
+            f"TLS: this machine also answers to {', '.join(uncovered)}, which the certificate "
+            "does not cover (it names what the machine answered to when it was made); "
+            "`parley-cli tls rotate` makes a new CA for the current names (phones must then "
+            "trust the new ca.pem)",)
+        return TlsCertificate(kept.cert_file, kept.key_file, kept.fingerprint, kept.ca_file,
+                              kept.names, notes=notes)
+    older = (folder / OLD_CA_KEY_FILE).exists() or (isinstance(kept, KeptAuthority)
+                                                   and kept.permitted is None)
+    made, ca_name = _make(folder, wanted)
+    if kept is None:
+        why = "TLS: made a CA that can vouch only for this certificate's names"
+    elif older:
+        old_name = kept.ca_name if isinstance(kept, KeptAuthority) else "Parley local CA"
+        why = (f"TLS: replaced the CA \"{old_name}\", which could vouch "
+               "for any site, and deleted its private key: remove its profile from every phone "
+               "that trusts it")
+    else:
+        why = (f"TLS: made a new CA and certificate ({kept if isinstance(kept, str) else kept.problem}): "
+               "phones can remove the old CA's profile")
+    notes = (why, f"TLS: phones must trust the new CA file {made.ca_file}, {ca_name} "
+                  f"({_PHONES}); its private key was not kept")
+    return TlsCertificate(made.cert_file, made.key_file, made.fingerprint, made.ca_file,
+                          made.names, made=True, notes=notes)
 
-    ca_file, ca_key_file = folder / "ca.pem", folder / "ca-key.pem"
-    cert_file, key_file = folder / "server.pem", folder / "server-key.pem"
-    kept = _kept_certificate(cert_file, key_file, ca_file, names)
-    if kept is not None:
-        return TlsCertificate(cert_file, key_file, fingerprint(kept), ca_file, names)
+
+def rotate(folder: Path | None = None, names: tuple[str, ...] | None = None) -> TlsCertificate:
+    """A new CA and certificate for ``names`` (default ``machine_names()``) in place of
+    the kept ones, whatever their state; the old server key is deleted."""
+    folder = tls_folder() if folder is None else folder
+    _require_crypto()
+    return _make(folder, _certifiable(names))[0]
+
+
+def remove(folder: Path | None = None) -> tuple[Path, ...]:
+    """Delete the files ``--tls-self-signed`` keeps in ``folder`` (keys overwritten first);
+    the ones that were there. The folder goes too when nothing else is in it."""
+    folder = tls_folder() if folder is None else folder
+    removed: list[Path] = []
     try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if ca_file.exists() and ca_key_file.exists():
-            ca_cert = x509.load_pem_x509_certificate(ca_file.read_bytes())
-            ca_key = serialization.load_pem_private_key(ca_key_file.read_bytes(), password=None)
-        else:
-            ca_cert, ca_key = _make_ca()
-            _write(ca_key_file, _key_pem(ca_key), private=True)
-            _write(ca_file, ca_cert.public_bytes(serialization.Encoding.PEM))
-        cert, key = _make_server_cert(ca_cert, ca_key, names)
-        _write(key_file, _key_pem(key), private=True)
-        pem = cert.public_bytes(serialization.Encoding.PEM)
-        _write(cert_file, pem)
+        for name in (KEY_FILE, OLD_CA_KEY_FILE):
+            if _delete_private(folder / name):
+                removed.append(folder / name)
+        for name in (CERT_FILE, CA_FILE):
+            if (folder / name).exists():
+                (folder / name).unlink()
+                removed.append(folder / name)
+        for name in (CA_FILE, CERT_FILE, KEY_FILE, OLD_CA_KEY_FILE):
+            (folder / f"{name}.tmp").unlink(missing_ok=True)
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
     except OSError as exc:
-        raise ConfigError(f"--tls-self-signed cannot write its certificate in {folder}: "
-                          f"{exc.strerror or exc} (set PARLEY_CACHE_DIR to a writable folder)") from None
-    except ValueError as exc:  # a kept CA file that is damaged
-        raise ConfigError(f"--tls-self-signed cannot read its CA in {folder} ({exc}): delete "
-                          f"{ca_file} and {ca_key_file} to make a new one (clients must then "
-                          "trust the new ca.pem)") from None
-    return TlsCertificate(cert_file, key_file, fingerprint(pem), ca_file, names, made=True)
+        raise ConfigError(f"cannot delete the TLS files in {folder}: {exc.strerror or exc}") from None
+    return tuple(removed)
+
+
+def kept_authority(folder: Path | None = None) -> KeptAuthority | None:
+    """The CA and certificate kept in ``folder`` (default ``<cache>/tls``); None when
+    there are none; ConfigError when they are incomplete or damaged."""
+    folder = tls_folder() if folder is None else folder
+    _require_crypto()
+    kept = _inspect(folder)
+    if isinstance(kept, str):
+        raise ConfigError(f"the TLS files in {folder} cannot be used: {kept}; `parley-cli tls "
+                          "rotate` makes new ones (phones must then trust the new ca.pem)")
+    return kept
 
 
 # ---------------------------------------------------------------------- helpers
@@ -242,91 +317,98 @@ def _check_dates(path: Path) -> None:
                           f"{cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC: check this machine's clock")
 
 
-def _kept_certificate(cert_file: Path, key_file: Path, ca_file: Path,
-                      names: tuple[str, ...]) -> bytes | None:
-    """The kept server certificate's PEM if it can be used as it is; None to make one."""
+def _certifiable(names: tuple[str, ...] | None) -> tuple[str, ...]:
+    """``names`` (default ``machine_names()``) a certificate of the local CA may carry."""
+    from engine.server.local_ca import certifiable_names
+
+    wanted = certifiable_names(machine_names() if names is None else names)
+    if not wanted:
+        raise ConfigError(f"--tls-self-signed has no name to certify among {', '.join(names or ())}: "
+                          "a single-label host name is not certified (its subdomains could be "
+                          "anyone's names)")
+    return wanted
+
+
+def _inspect(folder: Path) -> KeptAuthority | str | None:
+    """The kept files read; None when there are none; why they cannot be read, when not."""
     from cryptography import x509
     from cryptography.exceptions import InvalidSignature
 
-    try:
-        pem = cert_file.read_bytes()
-        key_file.stat()
-        cert = x509.load_pem_x509_certificate(pem)
-        cert.verify_directly_issued_by(x509.load_pem_x509_certificate(ca_file.read_bytes()))
-        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except (OSError, ValueError, TypeError, x509.ExtensionNotFound, InvalidSignature):
-        return None  # missing, damaged, or not signed by the kept CA: make it again
-    covered = {n.lower() for n in sans.get_values_for_type(x509.DNSName)}
-    covered |= {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}
-    if not {n.lower() for n in names} <= covered:
+    from engine.server.local_ca import certificate_names, common_name, permitted_names
+
+    ca_file, cert_file, key_file = folder / CA_FILE, folder / CERT_FILE, folder / KEY_FILE
+    old_ca_key = (folder / OLD_CA_KEY_FILE).exists()
+    present = [path.name for path in (ca_file, cert_file, key_file) if path.exists()]
+    if not present and not old_ca_key:
         return None
-    soon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=RENEW_BEFORE_DAYS)
-    return pem if cert.not_valid_after_utc > soon else None
+    missing = [path.name for path in (ca_file, cert_file, key_file) if not path.exists()]
+    if missing:
+        return f"{' and '.join(missing)} missing"
+    try:
+        ca_pem, pem = ca_file.read_bytes(), cert_file.read_bytes()
+        ca, cert = x509.load_pem_x509_certificate(ca_pem), x509.load_pem_x509_certificate(pem)
+        cert.verify_directly_issued_by(ca)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    except (ValueError, TypeError, InvalidSignature):
+        return f"{CERT_FILE} is damaged or not signed by {CA_FILE}"
+    permitted = permitted_names(ca)
+    expires = min(cert.not_valid_after_utc, ca.not_valid_after_utc)
+    problem = ""
+    if permitted is None or old_ca_key:
+        problem = "an older Parley's CA, which could vouch for any site"
+    elif expires < datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=RENEW_BEFORE_DAYS):
+        problem = f"the certificate ends on {expires:%Y-%m-%d}"
+    return KeptAuthority(folder, ca_file, cert_file, key_file, common_name(ca), fingerprint(ca_pem),
+                         fingerprint(pem), certificate_names(cert), permitted, expires, old_ca_key,
+                         problem)
 
 
-def _make_ca():
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME,
-                                         f"Parley local CA ({_short_host()})")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False,
-                                         key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, key_cert_sign=True, crl_sign=True,
-                                         encipher_only=False, decipher_only=False), critical=True)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-            .sign(key, hashes.SHA256()))
-    return cert, key
-
-
-def _make_server_cert(ca_cert, ca_key, names: tuple[str, ...]):
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    alt: list = []
-    for name in names:
-        try:
-            alt.append(x509.IPAddress(ipaddress.ip_address(name)))
-        except ValueError:
-            alt.append(x509.DNSName(name))
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
-            .issuer_name(ca_cert.subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=SERVER_DAYS))
-            .add_extension(x509.SubjectAlternativeName(alt), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False,
-                                         key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, key_cert_sign=False, crl_sign=False,
-                                         encipher_only=False, decipher_only=False), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                           critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    return cert, key
-
-
-def _key_pem(key) -> bytes:
+def _make(folder: Path, names: tuple[str, ...]) -> tuple[TlsCertificate, str]:
+    """A new CA and server certificate for ``names`` written in ``folder``, replacing any;
+    with the CA's name and fingerprint, as a phone shows them."""
     from cryptography.hazmat.primitives import serialization
 
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    from engine.server.local_ca import make_authority, private_key_pem, sign_server_certificate
+
+    now = datetime.datetime.now(datetime.UTC)
+    label = f"Parley local CA ({_short_host()}, {now:%Y-%m-%d %H:%M:%S} UTC)"  # tells profiles apart
+    ca_cert, ca_key = make_authority(names, label, CERT_DAYS)
+    cert, key = sign_server_certificate(ca_cert, ca_key, names)
+    del ca_key  # it has signed its one certificate: never written, and dropped here
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    ca_pem = ca_cert.public_bytes(serialization.Encoding.PEM)
+    ca_file, cert_file, key_file = folder / CA_FILE, folder / CERT_FILE, folder / KEY_FILE
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _delete_private(folder / OLD_CA_KEY_FILE)
+        _delete_private(key_file)
+        _write(key_file, private_key_pem(key), private=True)
+        _write(cert_file, pem)
+        _write(ca_file, ca_pem)
+    except OSError as exc:
+        raise ConfigError(f"--tls-self-signed cannot write its certificate in {folder}: "
+                          f"{exc.strerror or exc} (set PARLEY_CACHE_DIR to a writable folder)") from None
+    ca_name = f"\"{label}\", SHA-256 {fingerprint(ca_pem)}"
+    return TlsCertificate(cert_file, key_file, fingerprint(pem), ca_file, names, made=True), ca_name
+
+
+def _delete_private(path: Path) -> bool:
+    """Overwrite the private key at ``path`` with zeros and delete it; False when absent.
+    (Best effort: a copy-on-write file system or an SSD may keep the old blocks.)"""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return False
+    try:
+        with open(path, "r+b") as f:
+            f.write(b"\0" * size)
+            f.flush()
+            os.fsync(f.fileno())
+    except PermissionError:
+        pass  # a read-only key the owner can still delete: deleting is what matters
+    path.unlink()
+    return True
 
 
 def _write(path: Path, data: bytes, private: bool = False) -> None:

@@ -1,6 +1,8 @@
 """TLS: ``parley-cli serve --tls-self-signed`` serves ``wss://`` (the official ``openai``
 client's realtime connect, verifying with the printed CA file) and ``https://`` (the HTTP
-routes) on one port; the certificate is made once and kept; bad TLS flags and files are
+routes) on one port; the certificate is made once and kept, its CA can vouch for no other
+name (a forged certificate fails a real handshake) and its key is never kept; an older
+unconstrained CA and a certificate near its end are replaced; bad TLS flags and files are
 clear errors before anything loads. One server serves the module.
 """
 
@@ -20,7 +22,9 @@ import pytest
 
 from engine.errors import ConfigError
 from engine.server.server_settings import ServerSettings
-from engine.server.tls import fingerprint, resolve_tls, self_signed
+from engine.server.local_ca import make_authority, private_key_pem, sign_server_certificate
+from engine.server.tls import (TlsCertificate, fingerprint, kept_authority, remove, resolve_tls, rotate,
+                               self_signed, server_context)
 from tests.support.cli import run_cli
 from tests.support.server import ServeProcess, free_port
 
@@ -109,19 +113,167 @@ def test_a_self_signed_certificate_is_made_once_and_kept(tmp_path):
     made = self_signed(tmp_path, NAMES)
     assert made.made and made.ca_file == tmp_path / "ca.pem" and made.names == NAMES
     assert (made.cert_file.stat().st_mode & 0o777, made.key_file.stat().st_mode & 0o777) == (0o644, 0o600)
-    assert (tmp_path / "ca-key.pem").stat().st_mode & 0o777 == 0o600
+    assert any(str(made.ca_file) in note for note in made.notes)  # the user is told to trust it
     kept = self_signed(tmp_path, NAMES)
-    assert not kept.made and kept.fingerprint == made.fingerprint
-    # A new LAN address: a new server certificate, signed by the same CA (clients keep it).
+    assert not kept.made and kept.fingerprint == made.fingerprint and kept.notes == ()
+    # A new LAN address: the certificate is kept (phones keep trusting its CA) and the
+    # user is told which address it lacks and how to get a CA for it.
     ca = made.ca_file.read_bytes()
-    renewed = self_signed(tmp_path, (*NAMES, "192.168.7.9"))
-    assert renewed.made and renewed.fingerprint != made.fingerprint
-    assert made.ca_file.read_bytes() == ca
+    moved = self_signed(tmp_path, (*NAMES, "192.168.7.9"))
+    assert not moved.made and moved.fingerprint == made.fingerprint and made.ca_file.read_bytes() == ca
+    assert len(moved.notes) == 1 and "192.168.7.9" in moved.notes[0]
+    assert "parley-cli tls rotate" in moved.notes[0]
+    rotated = rotate(tmp_path, (*NAMES, "192.168.7.9"))
+    assert rotated.made and "192.168.7.9" in rotated.names and made.ca_file.read_bytes() != ca
     context = ssl.create_default_context(cafile=str(made.ca_file))
     context.load_verify_locations(cadata=ca.decode())  # the CA loads as a trust anchor
     settings = ServerSettings(port=0, tls_self_signed=True)
     assert settings.url(8443) == "wss://127.0.0.1:8443/v1/realtime"
     assert settings.http_url(8443) == "https://127.0.0.1:8443/v1"
+
+
+def test_no_key_of_the_ca_is_kept_and_both_certificates_are_short_lived(tmp_path):
+    from cryptography import x509
+
+    made = self_signed(tmp_path, (*NAMES, "studio.local", "192.168.7.9"))
+    # The only private key in the folder is the server's (a CA key would sign any name).
+    keys = [path.name for path in tmp_path.iterdir() if b"PRIVATE KEY" in path.read_bytes()]
+    assert keys == ["server-key.pem"]
+    ca = x509.load_pem_x509_certificate(made.ca_file.read_bytes())
+    leaf = x509.load_pem_x509_certificate(made.cert_file.read_bytes())
+    for cert in (ca, leaf):
+        assert cert.not_valid_after_utc - cert.not_valid_before_utc <= datetime.timedelta(days=398)
+    constraints = ca.extensions.get_extension_for_class(x509.NameConstraints)
+    assert constraints.critical and constraints.value.excluded_subtrees is None
+    permitted = {str(name.value) for name in constraints.value.permitted_subtrees or ()}
+    assert permitted == {"localhost", "studio.local", "127.0.0.1/32", "::1/128", "192.168.7.9/32"}
+    assert set(made.names) == {"localhost", "studio.local", "127.0.0.1", "::1", "192.168.7.9"}
+
+
+def test_a_single_label_host_name_is_not_certified(tmp_path):
+    # A DNS constraint "dev" would also admit "web.dev": a public domain's names.
+    made = self_signed(tmp_path, ("localhost", "dev", "dev.local", "127.0.0.1"))
+    assert made.names == ("localhost", "dev.local", "127.0.0.1")
+
+
+# ---------------------------------------------------------------------- name constraints, verified
+def _handshake(server: ssl.SSLContext, client: ssl.SSLContext, server_hostname: str) -> None:
+    """A TLS handshake between the two contexts in memory: OpenSSL verifies the chain
+    exactly as over a socket; an SSLCertVerificationError when the client refuses it."""
+    to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client_side = client.wrap_bio(to_client, to_server, server_hostname=server_hostname)
+    server_side = server.wrap_bio(to_server, to_client, server_side=True)
+    done: set[str] = set()
+    for _ in range(10):
+        for name, side in (("client", client_side), ("server", server_side)):
+            try:
+                side.do_handshake()
+                done.add(name)
+            except ssl.SSLWantReadError:
+                pass
+        if done == {"client", "server"}:
+            return
+    raise AssertionError("the handshake did not finish")
+
+
+def _served(folder: Path, ca_cert, ca_key, names: tuple[str, ...]) -> ssl.SSLContext:
+    """A server context over a certificate for ``names`` signed by ``ca_key``."""
+    from cryptography.hazmat.primitives import serialization
+
+    folder.mkdir(parents=True)
+    cert, key = sign_server_certificate(ca_cert, ca_key, names)
+    (folder / "server.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (folder / "server-key.pem").write_bytes(private_key_pem(key))
+    return server_context(TlsCertificate(folder / "server.pem", folder / "server-key.pem", ""))
+
+
+def test_the_ca_cannot_vouch_for_another_name_or_address(tmp_path):
+    """Even with the CA's key (which Parley drops), a certificate for a name or address
+    it was not made for is refused by a client that trusts the CA: the name constraints."""
+    from cryptography.hazmat.primitives import serialization
+
+    names = ("localhost", "studio.local", "127.0.0.1", "::1", "192.168.7.9")
+    ca_cert, ca_key = make_authority(names, "Parley local CA (test)", 30)
+    client = ssl.create_default_context(cadata=ca_cert.public_bytes(serialization.Encoding.PEM).decode())
+    real = _served(tmp_path / "real", ca_cert, ca_key, names)
+    for name in ("localhost", "studio.local", "127.0.0.1", "::1", "192.168.7.9"):
+        _handshake(real, client, name)  # the CA's own names verify
+    forged = [("example.com", ("example.com",)), ("www.bank.example", ("www.bank.example",)),
+              ("192.168.7.10", ("192.168.7.10",)), ("2001:db8::1", ("2001:db8::1",)),
+              ("localhost.example.com", ("localhost.example.com",)),
+              ("example.com", ("localhost", "example.com"))]  # hidden beside a permitted name
+    for i, (hostname, sans) in enumerate(forged):
+        server = _served(tmp_path / f"forged{i}", ca_cert, ca_key, sans)
+        with pytest.raises(ssl.SSLCertVerificationError, match="permitted subtree violation"):
+            _handshake(server, client, hostname)
+    # The same forged certificate from a CA without constraints verifies: the check above
+    # fails because of the constraints, not because of how the test connects.
+    loose_cert, loose_key = _unconstrained_ca()
+    loose = ssl.create_default_context(cadata=loose_cert.public_bytes(serialization.Encoding.PEM).decode())
+    _handshake(_served(tmp_path / "loose", loose_cert, loose_key, ("example.com",)), loose, "example.com")
+
+
+def _unconstrained_ca():
+    """A CA as an older Parley made it: no name constraints, ten years."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Parley local CA (old)")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=3650))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False,
+                                         key_encipherment=False, data_encipherment=False,
+                                         key_agreement=False, key_cert_sign=True, crl_sign=True,
+                                         encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .sign(key, hashes.SHA256()))
+    return cert, key
+
+
+def test_an_older_unconstrained_ca_is_replaced_and_its_key_deleted(tmp_path):
+    from cryptography.hazmat.primitives import serialization
+
+    old_cert, old_key = _unconstrained_ca()
+    leaf, leaf_key = sign_server_certificate(old_cert, old_key, NAMES)
+    (tmp_path / "ca.pem").write_bytes(old_cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "ca-key.pem").write_bytes(private_key_pem(old_key))
+    (tmp_path / "server.pem").write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "server-key.pem").write_bytes(private_key_pem(leaf_key))
+    assert "could vouch for any site" in (kept_authority(tmp_path) or pytest.fail()).problem
+    replaced = self_signed(tmp_path, NAMES)
+    assert replaced.made and not (tmp_path / "ca-key.pem").exists()
+    assert "could vouch for any site" in replaced.notes[0] and "remove its profile" in replaced.notes[0]
+    now = kept_authority(tmp_path)
+    assert now is not None and now.permitted == NAMES and not now.problem
+
+
+def test_a_certificate_near_its_end_is_renewed_with_a_new_ca_on_start(tmp_path, monkeypatch):
+    import engine.server.tls as tls
+
+    monkeypatch.setattr(tls, "CERT_DAYS", tls.RENEW_BEFORE_DAYS - 1)
+    old = self_signed(tmp_path, NAMES)
+    old_ca = old.ca_file.read_bytes()
+    monkeypatch.setattr(tls, "CERT_DAYS", 397)
+    renewed = self_signed(tmp_path, NAMES)
+    assert renewed.made and renewed.fingerprint != old.fingerprint and renewed.ca_file.read_bytes() != old_ca
+    assert "the certificate ends on" in renewed.notes[0]
+    assert any("phones must trust the new CA file" in note for note in renewed.notes)
+    assert not self_signed(tmp_path, NAMES).made  # and then kept
+
+
+def test_remove_deletes_every_file(tmp_path):
+    folder = tmp_path / "tls"
+    self_signed(folder, NAMES)
+    (folder / "ca-key.pem").write_bytes(b"-----BEGIN PRIVATE KEY-----\nold\n")
+    removed = remove(folder)
+    assert {path.name for path in removed} == {"ca.pem", "server.pem", "server-key.pem", "ca-key.pem"}
+    assert not folder.exists() and remove(folder) == () and kept_authority(folder) is None
 
 
 def _expired_pair(folder: Path) -> tuple[Path, Path]:
