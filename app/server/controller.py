@@ -67,6 +67,7 @@ class ServeRequest:
     tls_self_signed: bool = False
     tls_cert: str | None = None  # PEM files; both or neither, and not with tls_self_signed
     tls_key: str | None = None
+    insecure_plaintext: bool = False  # plain ws:// off loopback, which the user accepted
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +120,8 @@ def server_settings(request: ServeRequest):
                               num_pipelines=request.pipelines, api_key=request.api_key,
                               allow_origins=request.allow_origins,
                               tls_self_signed=request.tls_self_signed, tls_cert=request.tls_cert,
-                              tls_key=request.tls_key)
+                              tls_key=request.tls_key,
+                              insecure_plaintext=request.insecure_plaintext)
     settings.check()
     return settings
 

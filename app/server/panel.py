@@ -1,7 +1,8 @@
 """The Server tab: serve the realtime API (``parley-cli serve``) from the app.
 
 A form (host, port, pipelines, API key, allowed origins, TLS: a self-signed certificate or
-the user's certificate and key files), Start/Stop, a status line (where it serves, or why
+the user's certificate and key files, or plain ws:// off this machine, named insecure),
+Start/Stop, a status line (where it serves, or why
 it could not start), the TLS certificate's fingerprint and CA file while serving over
 TLS, and two live tables: the pipeline units
 (client, state, turns, current stage, last voice-to-voice) and the shared models (device,
@@ -85,7 +86,8 @@ class ServerPanel(QWidget):
         QWidget.setTabOrder(self.origins, self.tls_self_signed)
         QWidget.setTabOrder(self.tls_self_signed, self.tls_cert)
         QWidget.setTabOrder(self.tls_cert, self.tls_key)
-        QWidget.setTabOrder(self.tls_key, self.start_button)
+        QWidget.setTabOrder(self.tls_key, self.insecure_plaintext)
+        QWidget.setTabOrder(self.insecure_plaintext, self.start_button)
         QWidget.setTabOrder(self.start_button, self.units_table)
         QWidget.setTabOrder(self.units_table, self.models_table)
 
@@ -98,7 +100,7 @@ class ServerPanel(QWidget):
         self.host.setObjectName("serverHost")
         self.host.setAccessibleName("Host")
         self.host.setToolTip("The address to listen on: 127.0.0.1 serves this machine only; "
-                             "0.0.0.0 or another address needs an API key")
+                             "0.0.0.0 or another address needs a strong API key and TLS")
         self.port = QSpinBox()
         self.port.setObjectName("serverPort")
         self.port.setAccessibleName("Port")
@@ -118,7 +120,8 @@ class ServerPanel(QWidget):
         self.api_key.setEchoMode(QLineEdit.EchoMode.Password)
         self.api_key.setPlaceholderText("none (loopback only)")
         self.api_key.setToolTip("Clients must send it as a bearer token. Required for "
-                                "non-loopback hosts; never stored")
+                                "non-loopback hosts (20+ characters, 10+ different ones); "
+                                "never stored")
         self.origins = QLineEdit()
         self.origins.setObjectName("serverOrigins")
         self.origins.setAccessibleName("Allowed origins")
@@ -133,6 +136,12 @@ class ServerPanel(QWidget):
                                         "once for this machine's names and addresses and keeps; "
                                         "clients trust it with the CA file shown once serving")
         self.tls_self_signed.toggled.connect(self._tls_choice_changed)
+        self.insecure_plaintext = QCheckBox("Plain ws:// off this machine (insecure)")
+        self.insecure_plaintext.setObjectName("serverInsecurePlaintext")
+        self.insecure_plaintext.setAccessibleName("Serve without TLS to other machines (insecure)")
+        self.insecure_plaintext.setToolTip("Serve plain ws:// and http:// on an address other "
+                                           "machines reach: anyone on the network can read the "
+                                           "API key, the audio and the text. Prefer TLS")
         self.tls_cert = QLineEdit()
         self.tls_cert.setObjectName("serverTlsCert")
         self.tls_cert.setAccessibleName("TLS certificate file")
@@ -183,8 +192,9 @@ class ServerPanel(QWidget):
         row.addWidget(self.start_button)
         row.addSpacing(8)
         row.addWidget(self.status, 1)
-        grid.addLayout(row, 3, 0, 1, 6)
-        grid.addWidget(self.tls_info, 4, 0, 1, 6)
+        grid.addWidget(self.insecure_plaintext, 3, 0, 1, 6)
+        grid.addLayout(row, 4, 0, 1, 6)
+        grid.addWidget(self.tls_info, 5, 0, 1, 6)
         grid.setColumnStretch(1, 3)
         grid.setColumnStretch(3, 1)
         grid.setColumnStretch(5, 1)
@@ -225,7 +235,8 @@ class ServerPanel(QWidget):
         return ServeRequest(host=self.host.text().strip() or "127.0.0.1", port=self.port.value(),
                              pipelines=self.pipelines.value(),
                              api_key=self.api_key.text() or None, allow_origins=origins,
-                             tls_self_signed=self_signed, tls_cert=cert, tls_key=key)
+                             tls_self_signed=self_signed, tls_cert=cert, tls_key=key,
+                             insecure_plaintext=self.insecure_plaintext.isChecked())
 
     def _tls_choice_changed(self, _checked: bool = False) -> None:
         files = self.server.state is ServerState.STOPPED and not self.tls_self_signed.isChecked()
@@ -256,7 +267,7 @@ class ServerPanel(QWidget):
                                    ServerState.STOPPING: "Stopping…"}.get(state, "Start serving"))
         self.start_button.setEnabled(not busy)
         for w in (self.host, self.port, self.pipelines, self.api_key, self.origins,
-                  self.tls_self_signed):
+                  self.tls_self_signed, self.insecure_plaintext):
             w.setEnabled(state is ServerState.STOPPED)
         self._tls_choice_changed()
         if state is ServerState.STOPPING:

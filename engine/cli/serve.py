@@ -1,7 +1,8 @@
 """``parley-cli serve``: the realtime server in the foreground until Ctrl-C or SIGTERM.
 
-The settings are checked (a non-loopback host needs an API key, the port must be free,
-aiohttp must be installed) before any model loads; then the engine loads once, with
+The settings are checked (a non-loopback host needs a strong API key and TLS, or
+``--insecure-plaintext``; the port must be free, aiohttp installed) before any model
+loads; ``--api-key generate`` makes a key and prints it once; then the engine loads once, with
 progress on stderr, and one line says where it serves:
 ``serving on ws://HOST:PORT/v1/realtime (N pipelines)``. On Ctrl-C or SIGTERM every
 connection is closed, every unit stopped and the models released; the exit status is 0.
@@ -32,13 +33,15 @@ from engine.cli.output import show_choices, show_progress
 from engine.config import EngineConfig
 from engine.errors import ConfigError
 from engine.server import require_aiohttp
-from engine.server.server_settings import MIB, ServerSettings, check_address
+from engine.server.server_settings import (IDLE_TIMEOUT_S, MAX_SESSION_S, MIB, ServerSettings,
+                                           check_address, generate_key)
 
 if TYPE_CHECKING:
     from engine.engine import Engine
     from engine.server.tls import TlsCertificate
 
 API_KEY_ENV = "PARLEY_API_KEY"
+GENERATE_KEY = "generate"  # --api-key generate: a new random key, printed once
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,17 +49,25 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("server")
     group.add_argument("--host", default="127.0.0.1",
                        help="address to listen on (default 127.0.0.1; any other than 127.0.0.1, "
-                            "::1 or localhost needs an API key)")
+                            "::1 or localhost needs a strong API key and TLS)")
     group.add_argument("--port", type=int, default=8765, help="TCP port (default 8765; 0: any free)")
     group.add_argument("--num-pipelines", type=int, default=1, metavar="N",
                        help="pipeline units over one set of models: at most N clients at once "
                             "(default 1)")
     group.add_argument("--api-key", default=None, metavar="KEY",
                        help=f"require 'Authorization: Bearer KEY' (prefer the {API_KEY_ENV} "
-                            "environment variable: a flag shows in the process list)")
+                            "environment variable: a flag shows in the process list); "
+                            f"'{GENERATE_KEY}' makes a random key and prints it once. Off "
+                            "loopback a key needs 20+ characters, 10+ different ones")
     group.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                        help="a browser origin allowed to connect, e.g. http://localhost:3000 "
-                            "(repeatable; requests with any other Origin header are refused)")
+                            "(repeatable; requests with any other Origin header are refused; "
+                            "the HTTP routes answer CORS for these)")
+    group.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                       help="a host name clients may reach the server by besides this "
+                            "machine's own names and addresses, e.g. a reverse proxy's "
+                            "(repeatable; a request for any other Host is refused: DNS "
+                            "rebinding)")
     group.add_argument("--max-message-bytes", type=int, default=MIB, metavar="BYTES",
                        help="largest client message answered normally (default 1 MiB; bigger "
                             "ones get an error event, 4x this closes the connection)")
@@ -64,6 +75,20 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                        help="input audio a session may have waiting for its pipeline (default 15)")
     group.add_argument("--max-events-per-s", type=float, default=200.0, metavar="RATE",
                        help="client events per second per session (default 200)")
+    group.add_argument("--idle-timeout-s", type=float, default=IDLE_TIMEOUT_S, metavar="SECONDS",
+                       help="close a session with no speech and no client event (but "
+                            f"audio) for this long, freeing its pipeline (default "
+                            f"{IDLE_TIMEOUT_S:g}; 0: never)")
+    group.add_argument("--max-session-s", type=float, default=MAX_SESSION_S, metavar="SECONDS",
+                       help=f"close any session after this long (default {MAX_SESSION_S:g}; "
+                            "0: never)")
+    group.add_argument("--queue", type=int, default=0, metavar="N",
+                       help="a waiting room: up to N clients that connect while every pipeline "
+                            "is busy are admitted and wait for one, instead of a 503 (default "
+                            "0: refused)")
+    group.add_argument("--queue-timeout-s", type=float, default=120.0, metavar="SECONDS",
+                       help="how long a client waits in the queue at most before it gets a "
+                            "queue_timeout error (default 120)")
     group.add_argument("--tls-cert", default=None, metavar="FILE",
                        help="serve TLS (wss://, https://) with this PEM certificate (chain); "
                             "needs --tls-key")
@@ -73,18 +98,29 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                        help="serve TLS with a certificate Parley makes once and keeps for this "
                             "machine's names and addresses; prints its fingerprint and the CA "
                             "file clients verify it with")
+    group.add_argument("--insecure-plaintext", action="store_true",
+                       help="serve plain ws:// and http:// on a host other machines reach: "
+                            "INSECURE, anyone on the network can read the API key, the audio "
+                            "and the text, and use the key (prefer --tls-self-signed)")
 
 
 def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
                        ) -> ServerSettings:
-    """ServerSettings from the flags; the API key falls back to PARLEY_API_KEY."""
+    """ServerSettings from the flags; the API key falls back to PARLEY_API_KEY, and
+    ``--api-key generate`` makes one (which ``run_serve`` prints)."""
     env: Mapping[str, str] = os.environ if environ is None else environ
     key = args.api_key if args.api_key is not None else env.get(API_KEY_ENV) or None
+    if args.api_key == GENERATE_KEY:
+        key = generate_key()
     return ServerSettings(host=args.host, port=args.port, num_pipelines=args.num_pipelines,
                           api_key=key, allow_origins=tuple(args.allow_origin),
                           max_message_bytes=args.max_message_bytes, max_buffer_s=args.max_buffer_s,
                           max_events_per_s=args.max_events_per_s, tls_cert=args.tls_cert,
-                          tls_key=args.tls_key, tls_self_signed=args.tls_self_signed)
+                          tls_key=args.tls_key, tls_self_signed=args.tls_self_signed,
+                          insecure_plaintext=args.insecure_plaintext,
+                          allow_hosts=tuple(args.allow_host), idle_timeout_s=args.idle_timeout_s,
+                          max_session_s=args.max_session_s, queue=args.queue,
+                          queue_timeout_s=args.queue_timeout_s)
 
 
 def show_tls(cert: TlsCertificate) -> None:
@@ -98,6 +134,8 @@ def show_tls(cert: TlsCertificate) -> None:
     print(f"TLS certificate SHA-256 fingerprint: {cert.fingerprint}", file=sys.stderr)
     if cert.ca_file is not None:
         print(f"clients verify it with the CA file {cert.ca_file}", file=sys.stderr, flush=True)
+    for note in cert.notes:  # e.g. an address the certificate lacks: `parley-cli tls rotate`
+        print(note, file=sys.stderr, flush=True)
 
 
 def server_config(config: EngineConfig, args: argparse.Namespace, units: int) -> EngineConfig:
@@ -147,6 +185,13 @@ def run_serve(args: argparse.Namespace, config: EngineConfig) -> int:
     """Serve until interrupted; returns the exit status."""
     settings = settings_from_args(args)
     settings.check()
+    if args.api_key == GENERATE_KEY:  # shown once, here: the only place it is ever printed
+        print(f"API key (generated; clients send 'Authorization: Bearer <key>'): "
+              f"{settings.api_key}", file=sys.stderr, flush=True)
+    if settings.insecure_plaintext and not settings.loopback and not settings.tls:
+        print(f"warning: serving plain ws:// and http:// on {settings.host} "
+              "(--insecure-plaintext): the API key, the audio and the text cross the network "
+              "in clear", file=sys.stderr, flush=True)
     require_aiohttp()
     check_address(settings)
     from engine.server.tls import resolve_tls  # imports ssl: only when serving

@@ -2,17 +2,15 @@
 HTTP API on the same models (``engine.server.openai_routes``) and the web page at ``/``
 (``engine.server.page``).
 
-Before any route runs, a request is checked: a browser ``Origin`` not allowed with
-``--allow-origin`` is refused (403), and when an API key is set a request without
-``Authorization: Bearer <key>`` (compared in constant time) is refused (401), before the
-WebSocket upgrade. Neither the key nor the header is ever logged or echoed.
-
-The web page (``engine.server.page``, ``GET /``) is served without the key; its own
-origin is allowed without ``--allow-origin`` when the page was loaded by an address or a
-name of this machine (``same_origin``; a name someone else's DNS points here, a DNS
-rebinding, is not one). A browser cannot set a header on a WebSocket, so the key is also
-taken as the subprotocol ``openai-insecure-api-key.<key>`` beside ``realtime``, as
-OpenAI's browser clients send it; the answer then names ``realtime`` as the protocol.
+Before any route runs, a request is checked (``engine.server.request_guard``): its
+``Host`` must be a name of this machine (or given with ``--allow-host``), a browser
+``Origin`` must be allowed, the HTTP routes answer CORS for allowed origins, and when an
+API key is set a request without ``Authorization: Bearer <key>`` is refused (401; 429
+once an address has sent too many wrong keys), before the WebSocket upgrade. Neither
+the key nor the header is ever logged or echoed. A browser cannot set a header on a
+WebSocket, so the key is also taken as the subprotocol ``openai-insecure-api-key.<key>``
+beside ``realtime``, as OpenAI's browser clients send it; the answer then names
+``realtime`` as the protocol.
 
 Each WebSocket connection claims a unit from the pool before the upgrade, runs a
 ``RealtimeSession`` on it and returns the unit when the client leaves (or when the
@@ -27,8 +25,21 @@ client counts a failed connect and backs off:
 - 500 with ``{"error": {"type": "server_error", "code": "pipeline_start_failed", ...}}``
   when starting a unit failed.
 
+With ``--queue N`` a connection that finds every unit busy is upgraded instead and waits
+in line for one (``engine.server.admission``); the 503 then means the line is full too.
+
 A refusal is logged once per client address and reason per minute (``RefusalLog``), not
 once per try.
+
+A session is closed by the server once it has been idle for ``idle_timeout_s`` (no
+speech and no client event but audio, a forgotten tab streaming silence; not while a
+reply plays) or has lasted
+``max_session_s``: an ``error`` event (``session_idle_timeout`` or ``session_expired``,
+OpenAI's code for its own sessions' end) says why, then the WebSocket closes with 1001
+(going away) and the unit is freed (``engine.server.limits.SessionLimits``). A client's
+own ``idle_timeout_ms`` (``server_vad``) is OpenAI's: once the last reply has played and
+that long has passed without speech, ``input_audio_buffer.timeout_triggered`` and a
+response in which the model prompts the user to go on.
 
 Engine events, reply audio and markers arrive on stage threads and reach the session only
 through ``call_soon_threadsafe``.
@@ -39,10 +50,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
-import hmac
-import ipaddress
 import json
 import logging
+import re
 import statistics
 import time
 from collections import deque
@@ -54,13 +64,23 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from engine.backends.base import model_of
 from engine.backends.voices import openai_voice
 from engine.engine import Engine
-from engine.pipeline.events import Event
+from engine.pipeline.events import (Event, FinalTranscript, PartialTranscript, ReplyText,
+                                    ToolCallFinished, ToolCallsMade, ToolCallStarted,
+                                    TurnCancelled, TurnFinished, UserSpeaking)
 from engine.recording import uses_bundled_stack
-from engine.server.pool import UnitPool
+from engine.server.admission import QUEUE_EVENTS_PARAM, Admission
+from engine.server.pool import Lease, UnitPool
 from engine.server.protocol import RealtimeSession
+from engine.server.request_guard import REALTIME_PATH, RefusalLog, RequestGuard
+from engine.server.request_guard import guard as guard  # the checks, for a bare app (tests)
+from engine.server.request_guard import refusal as _refuse
+from engine.server.request_guard import subprotocol_key as subprotocol_key
+from engine.server.limits import SessionLimits
 from engine.server.session_update import Capabilities
 from engine.server.server_settings import ServerSettings
+from engine.server import wire
 from engine.server.stream_audio import StreamSink, StreamSource
+from engine.server.waiting_room import HeldEvents
 
 log = logging.getLogger("parley.server")
 
@@ -69,52 +89,22 @@ CLOSE_TIMEOUT_S = 3.0  # how long a close waits for the client's closing frame
 RETRY_AFTER_DEFAULT_S = 5  # a full pool's Retry-After before any session has ended
 RETRY_AFTER_MIN_S = 2
 RETRY_AFTER_MAX_S = 30  # a refusal is cheap (no upgrade, no unit): asking again soon is fine
-REFUSAL_LOG_PERIOD_S = 60.0
-KEY_SUBPROTOCOL = "openai-insecure-api-key"  # a browser's key, as OpenAI's browser clients send it
 REALTIME_SUBPROTOCOL = "realtime"
-
-
-def _refuse(status: int, code: str, message: str, kind: str = "invalid_request_error",
-            headers: dict[str, str] | None = None) -> web.Response:
-    headers = dict(headers or {})
-    if status == 401:
-        headers["WWW-Authenticate"] = "Bearer"
-    return web.json_response({"error": {"type": kind, "code": code, "message": message,
-                                        "param": None}}, status=status, headers=headers)
-
-
-class RefusalLog:
-    """Logs a refusal at most once per client address and reason per ``period_s``: a
-    client retrying in a loop must not flood the log. The next line says how many were
-    held back."""
-
-    def __init__(self, period_s: float = REFUSAL_LOG_PERIOD_S,
-                 clock: Callable[[], float] = time.monotonic, max_addresses: int = 4096) -> None:
-        self.period_s = period_s
-        self._clock = clock
-        self._max = max_addresses
-        # (address, reason) -> (logged at, refusals held back since)
-        self._seen: dict[tuple[str, str], tuple[float, int]] = {}
-
-    def refused(self, address: str, reason: str, message: str, *args,
-                exc_info: bool = False) -> bool:
-        """Log ``message % args`` unless ``address`` was refused for ``reason`` within the
-        period; True if it was logged."""
-        now = self._clock()
-        key = (address, reason)
-        seen = self._seen.get(key)
-        if seen is not None and now - seen[0] < self.period_s:
-            self._seen[key] = (seen[0], seen[1] + 1)
-            return False
-        if seen is None and len(self._seen) >= self._max:  # forget addresses quiet for a period
-            self._seen = {a: v for a, v in self._seen.items() if now - v[0] < self.period_s}
-            if len(self._seen) >= self._max:
-                self._seen.clear()
-        held = seen[1] if seen is not None else 0
-        self._seen[key] = (now, 0)
-        more = f" ({held} more from {address} not logged since)" if held else ""
-        log.warning(message + "%s", *args, more, exc_info=exc_info)
-        return True
+BINARY_FRAME = "binary frames carry no Realtime events: send JSON text"
+#: The close code of a session the server ended for its idle or length limit: the client
+#: should not come straight back (OpenAI's Realtime API closes an expired session so).
+SESSION_LIMIT_CLOSE = WSCloseCode.GOING_AWAY
+#: How often a session's idle and length limits are looked at, at most.
+LIMIT_CHECK_S = 1.0
+#: How often a client's own idle timeout (``idle_timeout_ms``) is looked at.
+NUDGE_CHECK_S = 0.1
+#: Engine events that show the user is there.
+_USER_ACTIVITY = (UserSpeaking, PartialTranscript, FinalTranscript)
+#: Engine events of a reply under way, and of its turn's end.
+_REPLYING = (ReplyText, ToolCallsMade, ToolCallStarted, ToolCallFinished)
+_TURN_ENDS = (TurnFinished, TurnCancelled)
+#: A client message that only carries audio: streamed silence is not activity.
+_AUDIO_ONLY = re.compile(r'"type"\s*:\s*"input_audio_buffer\.append"')
 
 
 class SessionLengths:
@@ -133,73 +123,6 @@ class SessionLengths:
             return RETRY_AFTER_DEFAULT_S
         left = statistics.median(self._recent) - max(running_s, default=0.0)
         return int(min(RETRY_AFTER_MAX_S, max(RETRY_AFTER_MIN_S, round(left))))
-
-
-def _key_matches(header: str, key: str) -> bool:
-    scheme, _, token = header.partition(" ")
-    # compare_digest runs in constant time for equal lengths: no timing leak of the key.
-    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode())
-
-
-def subprotocol_key(header: str) -> str | None:
-    """The key a browser sent in ``Sec-WebSocket-Protocol`` as
-    ``openai-insecure-api-key.<key>``; None without one."""
-    for token in header.split(","):
-        name, dot, value = token.strip().partition(".")
-        if dot and name == KEY_SUBPROTOCOL:
-            return value
-    return None
-
-
-def has_key(request: web.Request, key: str) -> bool:
-    """True if ``request`` carries ``key``: the Authorization header, or (a browser's
-    WebSocket) the key subprotocol."""
-    if _key_matches(request.headers.get("Authorization", ""), key):
-        return True
-    sent = subprotocol_key(request.headers.get("Sec-WebSocket-Protocol", ""))
-    return sent is not None and hmac.compare_digest(sent.encode(), key.encode())
-
-
-def same_origin(request: web.Request, origin: str, own_names: frozenset[str]) -> bool:
-    """True if ``origin`` is the server's own (the page it served), reached by one of
-    ``own_names`` or an IP address: a DNS name that is not this machine's could be a
-    rebinding (another site's name pointed at this server), so it needs --allow-origin."""
-    host = request.host
-    if origin != f"{request.scheme}://{host}":
-        return False
-    name = host.rpartition(":")[0] if not host.endswith("]") and ":" in host else host
-    name = name.strip("[]").lower()
-    try:
-        ipaddress.ip_address(name)
-        return True
-    except ValueError:
-        return name in own_names
-
-
-def guard(settings: ServerSettings):
-    """The middleware that checks the origin and the API key of every request."""
-    from engine.server.page import is_page_path
-    from engine.server.tls import machine_names
-
-    own_names = frozenset(n.lower() for n in (*machine_names(), settings.host))
-
-    @web.middleware
-    async def check(request: web.Request, handler):
-        origin = request.headers.get("Origin")
-        if (origin is not None and origin not in settings.allow_origins
-                and not same_origin(request, origin, own_names)):
-            log.warning("refused a request from origin %r (not allowed by --allow-origin)",
-                        origin[:200])
-            return _refuse(403, "origin_not_allowed", "this origin may not use the server; "
-                           "start it with --allow-origin ORIGIN")
-        if settings.api_key and not is_page_path(request.path) and not has_key(request, settings.api_key):
-            log.warning("refused a request from %s: missing or wrong API key", request.remote)
-            return _refuse(401, "invalid_api_key", "missing or wrong API key: send "
-                           "'Authorization: Bearer <key>' (a browser's WebSocket: the "
-                           f"subprotocol '{KEY_SUBPROTOCOL}.<key>')")
-        return await handler(request)
-
-    return check
 
 
 class Outbox:
@@ -256,6 +179,17 @@ class Outbox:
             self._task.cancel()
 
 
+class _Ending:
+    """What ends a session on the server's side: its limits, and the outbox that must
+    send the reason before the close."""
+
+    def __init__(self, outbox: Outbox, limits: SessionLimits, sink: StreamSink) -> None:
+        self.outbox = outbox
+        self.limits = limits
+        self.sink = sink  # whether reply audio sent is still playing
+        self.closing = False  # the server is closing the session for a limit
+
+
 def _hop(loop: asyncio.AbstractEventLoop, fn: Callable) -> Callable:
     """``fn`` made callable from any thread: it runs later on ``loop``."""
 
@@ -280,12 +214,14 @@ class RealtimeApp:
         self.connections: set[web.WebSocketResponse] = set()
         self.refusals = RefusalLog()
         self.lengths = SessionLengths()
+        self.admission = Admission(pool, pool.waiting, self._blocking)
 
     def build(self) -> web.Application:
-        """The application: the guard middleware, the routes, the shutdown hook."""
-        app = web.Application(middlewares=[guard(self.settings)],
-                              client_max_size=self.settings.hard_message_bytes)
-        app.router.add_get("/v1/realtime", self.realtime)
+        """The application: the request checks (``engine.server.request_guard``), the
+        routes, the shutdown hook."""
+        app = web.Application(client_max_size=self.settings.hard_message_bytes)
+        RequestGuard(self.settings, refusals=self.refusals).install(app)
+        app.router.add_get(REALTIME_PATH, self.realtime)
         app.router.add_get("/v1/pool", self.pool_status)
         # The OpenAI HTTP API on the same models (one Parley can serve another), behind
         # the same guard.
@@ -342,25 +278,48 @@ class RealtimeApp:
         source = StreamSource(self.settings.max_buffer_s, on_marker=_hop(loop, session.on_marker))
         # Base64 in the sink's thread: the loop only forwards the text.
         sink = StreamSink(lambda turn, pcm: to_client(turn, base64.b64encode(pcm).decode("ascii")))
+        ticket = None  # a place in the waiting room, when every unit is busy
+        held = HeldEvents(max_bytes=self.settings.hard_message_bytes)  # sent while waiting
+        queued: dict = {}
         try:
             try:
-                lease = await self._blocking(self.pool.claim, client, source, sink)
+                lease = await self.admission.claim_now(client, source, sink)
             except Exception:  # noqa: BLE001 - this client only; logged with its traceback
                 self.refusals.refused(address, "pipeline_start_failed", "starting a unit for %s "
                                       "failed (answered 500)", client, exc_info=True)
                 return _refuse(500, "pipeline_start_failed", "the server could not start a "
                                "pipeline for this session; its log says why", kind="server_error")
-            if lease is None:
+            if lease is None and (ticket := self.admission.join(client)) is None:
                 return self._full(address, client)
             try:
                 await ws.prepare(request)
             except Exception:  # the client left mid-upgrade: its unit goes back at once
-                log.info("the WebSocket upgrade for %s failed: releasing unit %d", client, lease.unit)
-                await self._blocking(self.pool.release, lease)
+                if lease is not None:
+                    log.info("the WebSocket upgrade for %s failed: releasing unit %d", client,
+                             lease.unit)
+                    await self._blocking(self.pool.release, lease)
+                    self.admission.unit_freed()
                 raise
             self.connections.add(ws)
-            await self._serve(ws, session, lease, source, loop)
+            if ticket is not None:  # admitted to wait: the session starts when a unit frees
+                outcome = await self.admission.wait(
+                    ws, ticket, held, outbox.put, source, sink,
+                    announce=request.query.get(QUEUE_EVENTS_PARAM) == "1")
+                if not isinstance(outcome, Lease):  # it left, or was turned away (error sent)
+                    if outcome is not None:
+                        await outbox.close()
+                        await ws.close(code=outcome.code, message=outcome.reason.encode())
+                    return ws
+                lease = outcome
+                queued = {"queue": {"waited_s": round(self.pool.waiting.waited(ticket), 3),
+                                    "dropped_audio_events": held.dropped_audio}}
+            # The limits count from here: not from the unit's start, nor the wait in line.
+            limits = SessionLimits(self.settings.idle_timeout_s, self.settings.max_session_s)
+            await self._serve(ws, session, lease, source, loop, _Ending(outbox, limits, sink),
+                              held, queued)
         finally:
+            if ticket is not None:  # out of the line even if the upgrade failed
+                self.admission.leave(ticket)
             self.connections.discard(ws)
             await outbox.close()
         return ws
@@ -369,39 +328,94 @@ class RealtimeApp:
         """503 for a client the pool has no unit for, with when to try again."""
         now = time.perf_counter()
         retry = self.lengths.retry_after([now - lease.claimed_at for lease in self.pool.leases()])
+        waiting = self.pool.waiting
+        line = f" and the queue is full ({len(waiting)} waiting)" if waiting.capacity else ""
         self.refusals.refused(address, "session_limit_reached", "refused %s: all %d pipelines "
-                              "are in use (answered 503, Retry-After %d s)", client,
-                              self.pool.size, retry)
-        return _refuse(503, "session_limit_reached", f"all {self.pool.size} pipelines are in use; "
-                       f"try again in {retry} s", headers={"Retry-After": str(retry)})
+                              "are in use%s (answered 503, Retry-After %d s)", client,
+                              self.pool.size, line, retry)
+        return _refuse(503, "session_limit_reached", f"all {self.pool.size} pipelines are in "
+                       f"use{line}; try again in {retry} s", headers={"Retry-After": str(retry)})
 
-    async def _serve(self, ws, session: RealtimeSession, lease, source, loop) -> None:
+    async def _serve(self, ws, session: RealtimeSession, lease, source, loop,
+                     ending: _Ending, held: HeldEvents, queued: dict) -> None:
         on_event = _hop(loop, session.on_event)
         unit = lease.unit
 
         def listen(event: Event) -> None:  # on stage threads: filter, then hop
             if event.unit == unit:
+                if isinstance(event, _USER_ACTIVITY):
+                    ending.limits.active()
+                elif isinstance(event, _REPLYING):
+                    ending.limits.replying()
+                elif isinstance(event, _TURN_ENDS):
+                    ending.limits.finished()
                 on_event(event)
 
         unsubscribe = self.engine.subscribe(listen)
+        watch = loop.create_task(self._watch_limits(ws, session, ending, unit))
         try:
             session.attach(lease.pipeline, source, unit_number=unit, voice_for=self._voice_for,
-                           metrics=self.engine.metrics, parley=self._parley_info(),
+                           metrics=self.engine.metrics, parley={**self._parley_info(), **queued},
                            capabilities=self._capabilities(lease.pipeline))
+            for data in held.messages:  # what the client sent while it waited, in order
+                if isinstance(data, str):
+                    await session.handle_text(data)
+                else:
+                    session.error("invalid_json", BINARY_FRAME)
             async for message in ws:
                 if message.type is WSMsgType.TEXT:
+                    if not _AUDIO_ONLY.search(message.data):
+                        ending.limits.active()
                     await session.handle_text(message.data)
                 elif message.type is WSMsgType.BINARY:
-                    session.error("invalid_json", "binary frames carry no Realtime events: send "
-                                  "JSON text")
+                    session.error("invalid_json", BINARY_FRAME)
                 elif message.type is WSMsgType.ERROR:
                     log.info("unit %d: connection error: %s", unit, ws.exception())
                     break
         finally:
+            if ending.closing:  # let its close handshake finish (bounded by the ws timeout)
+                await asyncio.gather(watch, return_exceptions=True)
+            else:
+                watch.cancel()
             session.close()
             unsubscribe()
             self.lengths.ended(time.perf_counter() - lease.claimed_at)
             await self._blocking(self.pool.release, lease)
+            self.admission.unit_freed()
+
+    async def _watch_limits(self, ws: web.WebSocketResponse, session: RealtimeSession,
+                            ending: _Ending, unit: int) -> None:
+        """Prompt an idle user when the client asked for it (``idle_timeout_ms``), and
+        close the session once its idle or length limit is reached: an ``error`` event
+        says why (OpenAI's shape for an expired session), then the WebSocket closes with
+        ``SESSION_LIMIT_CLOSE``, which ends ``_serve`` and frees the unit."""
+        limits = ending.limits
+        while (end := limits.ended(playing=ending.sink.is_playing)) is None:
+            if limits.nudge_due(session.idle_timeout_ms, playing=ending.sink.is_playing):
+                await self._prompt_idle_user(session, ending)
+            wait = limits.next_check_s(LIMIT_CHECK_S)
+            if session.idle_timeout_ms:
+                wait = min(wait, NUDGE_CHECK_S)
+            await asyncio.sleep(wait)
+        log.info("unit %d: closing its session (%s)", unit, end.code)
+        ending.closing = True
+        session.error(end.code, end.message)
+        await ending.outbox.close(timeout=CLOSE_TIMEOUT_S)  # the error event goes out first
+        await ws.close(code=SESSION_LIMIT_CLOSE, message=end.code.encode())
+
+    @staticmethod
+    async def _prompt_idle_user(session: RealtimeSession, ending: _Ending) -> None:
+        """What OpenAI's Realtime API does when ``idle_timeout_ms`` passes without speech:
+        ``input_audio_buffer.timeout_triggered``, then a response, in which the model
+        prompts the user to go on. The offsets count the session's time (a client streams
+        its microphone all along); Parley adds no empty audio item, so ``item_id`` names
+        none."""
+        now_ms = round((time.monotonic() - ending.limits.started) * 1000)
+        quiet_ms = session.idle_timeout_ms or 0
+        ending.outbox.put(wire.event("input_audio_buffer.timeout_triggered",
+                                     audio_start_ms=max(0, now_ms - quiet_ms), audio_end_ms=now_ms,
+                                     item_id=wire.new_id("item")))
+        await session.handle_text(json.dumps({"type": "response.create"}))
 
     async def _on_shutdown(self, app: web.Application) -> None:
         await asyncio.gather(*(ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutting down")

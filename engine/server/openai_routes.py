@@ -18,11 +18,15 @@
   default voice.
 
 A ``model`` must be one ``GET /v1/models`` lists (or the model's full path): another
-name is a 404 ``model_not_found``. The routes sit behind the same ``guard`` as the
-realtime endpoint (origin check, API key). Model work runs on this module's own thread
-pool, never on the event loop; each chat request gets its own LLM session
-(``new_session``), and the shared model's lock serialises the forward passes. A client
-that goes away stops its generation (or synthesis) at the next token (or chunk).
+name is a 404 ``model_not_found``. The routes sit behind the same checks as the
+realtime endpoint (``engine.server.request_guard``: host, origin and CORS, API key).
+Model work runs on this module's own thread pool, never on the event loop; each chat
+request gets its own LLM session (``new_session``), and the shared model's lock
+serialises the forward passes. A model on the CPU computes under the compute gate
+(``engine.runtime.compute_gate``), each LLM token, TTS chunk and transcription as one
+call of urgency ``HTTP_URGENCY``: it queues with the realtime units' calls instead of
+competing with them for the cores, behind a unit whose user waits for a first answer.
+A client that goes away stops its generation (or synthesis) at the next token (or chunk).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from engine.audio.pcm import to_pcm16, wav_header
 from engine.backends.base import GenerationOptions, SttResult, TtsModel, model_of
 from engine.backends.voices import openai_voice
 from engine.errors import ParleyError
+from engine.runtime.compute_gate import Urgency, get_compute_gate
 from engine.runtime.placement import Placement
 
 log = logging.getLogger("parley.server")
@@ -56,6 +61,29 @@ MAX_SPEECH_CHARS = 4096
 _GENERIC_PARTS = {"model", "data", "weights", "snapshot"}
 _EXTENSIONS = (".gguf", ".onnx", ".safetensors", ".bin", ".pt", ".pth")
 _CREATED = int(time.time())
+#: An HTTP call waits like a realtime reply already under way: after a unit whose user
+#: waits in silence for its first audio, before live transcription.
+HTTP_URGENCY = Urgency.REPLY
+
+
+def _on_cpu(model) -> bool:
+    return model.actual_device == "cpu"
+
+
+def gated_steps(model, steps: Iterator) -> Iterator:
+    """``steps`` (LLM tokens, TTS chunks) each computed holding the compute gate, where
+    ``model`` computes on the CPU. A call of no unit waits as urgent as a reply
+    (``HTTP_URGENCY``: the gate's rank for a unit that declared nothing)."""
+    return get_compute_gate().steps(steps) if _on_cpu(model) else steps
+
+
+def gated_call(model, fn: Callable, *args):
+    """``fn(*args)``, one model call, holding the compute gate where ``model`` computes
+    on the CPU."""
+    if not _on_cpu(model):
+        return fn(*args)
+    with get_compute_gate().hold(urgency=HTTP_URGENCY):
+        return fn(*args)
 
 
 def served_id(model: str) -> str:
@@ -230,8 +258,8 @@ class OpenAiRoutes:
         name = served_id(placement.model)
         stop = self._stop_event()
         try:
-            steps = self._stream(lambda: model.new_session().generate(messages, options, stop.is_set),
-                                 stop)
+            steps = self._stream(lambda: gated_steps(model, model.new_session().generate(
+                messages, options, stop.is_set)), stop)
             if stream:
                 usage = bool((body.get("stream_options") or {}).get("include_usage"))
                 return await self._chat_stream(request, steps, name, options, usage)
@@ -349,7 +377,8 @@ class OpenAiRoutes:
 
             def transcribe() -> SttResult:
                 model.check_language(language)
-                return model.transcribe(audio, language, options.beam_size, options.fit_window_s)
+                return gated_call(model, model.transcribe, audio, language, options.beam_size,
+                                  options.fit_window_s)
 
             try:
                 result = await self._call(transcribe)
@@ -411,8 +440,8 @@ class OpenAiRoutes:
             return exc.response()
         stop = self._stop_event()
         try:
-            chunks = self._stream(lambda: model.synthesize(text, stop.is_set, voice, float(speed)),
-                                  stop)
+            chunks = self._stream(lambda: gated_steps(model, model.synthesize(
+                text, stop.is_set, voice, float(speed))), stop)
             return await self._speech_stream(request, chunks, fmt, model)
         finally:
             self._forget(stop)

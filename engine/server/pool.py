@@ -3,8 +3,10 @@
 A client claims a free slot and gets a freshly started ``PipelineUnit``; when it leaves,
 the unit is stopped (its history, KV cache, queues and any turn in flight go with it)
 and the slot is free again. The next client gets a new unit, so nothing of an earlier
-conversation can leak into it. ``claim`` and ``release`` block (threads start and join):
-call them off the event loop. Everything here is thread-safe.
+conversation can leak into it. Clients that find every slot taken may wait in the pool's
+``waiting`` room (``engine.server.waiting_room``; none unless the server has ``--queue``).
+``claim`` and ``release`` block (threads start and join): call them off the event loop.
+Everything here is thread-safe.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from engine.engine import Engine
 from engine.pipeline.metrics import Mark, TurnRecord
 from engine.runtime.mlx_lock import MlxLock, get_mlx_lock
 from engine.pipeline.unit import PipelineUnit
+from engine.server.waiting_room import WaitingRoom
 
 log = logging.getLogger("parley.server")
 
@@ -39,10 +42,12 @@ class UnitPool:
     """``size`` slots numbered ``first_unit`` .. ``first_unit + size - 1`` in the engine.
 
     ``first_unit`` lets a pool share an engine with other units (the app's own) without
-    two units carrying the same number in events and metrics.
+    two units carrying the same number in events and metrics. ``waiting``: the line of
+    clients waiting for a slot (none by default: a full pool refuses).
     """
 
-    def __init__(self, engine: Engine, size: int, first_unit: int = 0) -> None:
+    def __init__(self, engine: Engine, size: int, first_unit: int = 0,
+                 waiting: WaitingRoom | None = None) -> None:
         if size < 1:
             raise ValueError(f"a pool needs at least one unit; got {size}")
         self.engine = engine
@@ -51,6 +56,7 @@ class UnitPool:
         self._lock = threading.Lock()
         self._slots: list[Lease | None] = [None] * size
         self._reserved: set[int] = set()
+        self.waiting = waiting if waiting is not None else WaitingRoom(0)
 
     def claim(self, client: str, source: AudioSource, sink: AudioSink) -> Lease | None:
         """Start a unit for ``client`` on a free slot; None when every slot is taken."""
@@ -109,6 +115,7 @@ class UnitPool:
             "num_pipelines": self.size,
             "rss_bytes": psutil.Process().memory_info().rss,
             "units": [self._unit_status(i, lease, turns) for i, lease in enumerate(slots)],
+            "queue": self.waiting.status(),
             "models": self._models(),
             "notes": list(self.engine.notes),
         }

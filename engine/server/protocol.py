@@ -142,6 +142,8 @@ class RealtimeSession:
         self._orphans: dict[int, list[Callable[[], None]]] = {}
         self._pacing = pacing or ToolCallPacing(clock)
         self.closed = False
+        #: server_vad's idle_timeout_ms: the server prompts an idle user (engine.server.app)
+        self.idle_timeout_ms: int | None = None
         self._handlers = {
             "session.update": self._session_update,
             "input_audio_buffer.append": self._append,
@@ -185,9 +187,13 @@ class RealtimeSession:
                   "live_transcription": config.turns.live_transcription,
                   "tool_support": self._capabilities.tool_support,
                   "session_notes": list(self._session_notes), "ignored": list(self._ignored)}
-        return wire.session_object(self.id, config, parley, speak=self._defaults.speak,
-                                   tools=self._defaults.tools,
-                                   tool_choice=self._defaults.tool_choice)
+        session = wire.session_object(self.id, config, parley, speak=self._defaults.speak,
+                                      tools=self._defaults.tools,
+                                      tool_choice=self._defaults.tool_choice)
+        detection = session["audio"]["input"]["turn_detection"]
+        if detection is not None and detection.get("type") == "server_vad":
+            detection["idle_timeout_ms"] = self.idle_timeout_ms
+        return session
 
     def error(self, code: str, message: str, param: str | None = None,
               client_event_id: str | None = None, kind: str = wire.INVALID_REQUEST) -> None:
@@ -267,6 +273,8 @@ class RealtimeSession:
         self._unit.set_reply_defaults(defaults)
         self._session_notes = change.notes
         self._ignored = change.ignored
+        if change.idle_timeout is not None:
+            self.idle_timeout_ms = change.idle_timeout.ms
         self._send(wire.event("session.updated", session=self._session_object()))
 
     def _apply(self, config: EngineConfig, change: SessionChange) -> None:

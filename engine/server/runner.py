@@ -25,6 +25,7 @@ from engine.server.app import RealtimeApp
 from engine.server.pool import UnitPool
 from engine.server.server_settings import ServerSettings
 from engine.server.tls import TlsCertificate, resolve_tls, server_context
+from engine.server.waiting_room import WaitingRoom
 
 log = logging.getLogger("parley.server")
 
@@ -37,7 +38,8 @@ class RealtimeServer:
     def __init__(self, engine: Engine, settings: ServerSettings, first_unit: int = 0) -> None:
         self.engine = engine
         self.settings = settings
-        self.pool = UnitPool(engine, settings.num_pipelines, first_unit)
+        self.pool = UnitPool(engine, settings.num_pipelines, first_unit,
+                             waiting=WaitingRoom(settings.queue, settings.queue_timeout_s))
         # Unit starts and stops, typed messages and voice checks block: they run here,
         # never on the loop. Enough workers that every unit can start or stop at once.
         self.executor = ThreadPoolExecutor(max_workers=2 * settings.num_pipelines + 4,

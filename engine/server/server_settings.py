@@ -4,6 +4,8 @@ TLS certificate (``engine.server.tls`` reads and makes the files)."""
 from __future__ import annotations
 
 import math
+import re
+import secrets
 import socket
 from dataclasses import dataclass, field
 
@@ -16,6 +18,42 @@ LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 HARD_LIMIT_FACTOR = 4
 
 MIB = 1024 * 1024
+
+#: A key that guards a server other machines reach: at least this long...
+MIN_KEY_CHARS = 20
+#: ...and with this many different characters (``aaaa...``, ``abab...`` are refused).
+MIN_KEY_DISTINCT = 10
+#: What a browser can send as the key subprotocol (README "The key in a browser").
+_KEY_CHARS = re.compile(r"[A-Za-z0-9._~-]+")
+#: How to make a good key, in every message that refuses one.
+KEY_RECIPE = ("make one with --api-key generate, or python -c \"import secrets; "
+              "print(secrets.token_urlsafe(32))\"")
+#: A host name as --allow-host takes it (no scheme, port or path).
+_HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*")
+
+#: Default seconds without the user's speech or a client event (other than audio) before
+#: a session is closed and its unit freed (not while a reply plays). A voice conversation
+#: quiet for five minutes has been left (a forgotten browser tab streams silence): the
+#: unit is worth more to the next client than to it.
+IDLE_TIMEOUT_S = 300.0
+#: Default longest session, in seconds, however active: one client cannot keep a unit
+#: for ever. OpenAI's Realtime API ends its sessions at 60 minutes too.
+MAX_SESSION_S = 3600.0
+
+
+def generate_key() -> str:
+    """A new random API key (256 bits, URL-safe: a browser can send it)."""
+    return secrets.token_urlsafe(32)
+
+
+def key_problem(key: str) -> str | None:
+    """Why ``key`` is too weak to guard a server other machines reach, or None."""
+    if len(key) < MIN_KEY_CHARS:
+        return f"it has {len(key)} characters; at least {MIN_KEY_CHARS} are needed"
+    if len(set(key)) < MIN_KEY_DISTINCT:
+        return (f"it uses {len(set(key))} different characters; at least "
+                f"{MIN_KEY_DISTINCT} are needed")
+    return None
 
 
 @dataclass(frozen=True)
@@ -32,6 +70,14 @@ class ServerSettings:
     neither), or ``tls_self_signed`` has Parley make and keep a certificate for this
     machine's names (``--tls-self-signed``). With either, the WebSocket and the HTTP
     routes are served over TLS only (``wss://``, ``https://``).
+
+    Off loopback, plain ``ws://``/``http://`` is refused unless ``insecure_plaintext``
+    (``--insecure-plaintext``) says the user accepts that the key, the audio and the
+    text cross the network readable by anyone on it; the API key must then be strong
+    (``key_problem``). ``allow_hosts``: names besides the machine's own that a client may
+    reach the server by (the ``Host`` header; ``--allow-host``, e.g. a reverse proxy's
+    name). ``idle_timeout_s`` and ``max_session_s`` (0: no limit) close a session that is
+    idle that long, or has lasted that long, and free its unit.
     """
 
     host: str = "127.0.0.1"
@@ -45,6 +91,14 @@ class ServerSettings:
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_self_signed: bool = False
+    insecure_plaintext: bool = False
+    allow_hosts: tuple[str, ...] = ()
+    idle_timeout_s: float = IDLE_TIMEOUT_S
+    max_session_s: float = MAX_SESSION_S
+    # The waiting room (engine.server.waiting_room): clients that find every unit busy
+    # wait for one, at most queue of them and each at most queue_timeout_s; 0: refused (503).
+    queue: int = 0
+    queue_timeout_s: float = 120.0
 
     @property
     def loopback(self) -> bool:
@@ -75,7 +129,18 @@ class ServerSettings:
             raise ConfigError(
                 f"serving on {self.host} lets other machines connect: set an API key with "
                 "--api-key KEY or the environment variable PARLEY_API_KEY (or serve on "
-                "127.0.0.1)")
+                f"127.0.0.1); {KEY_RECIPE}")
+        if self.api_key is not None and not _KEY_CHARS.fullmatch(self.api_key):
+            raise ConfigError("the API key may hold only letters, digits and -_.~ (what a "
+                              f"browser can send as a WebSocket subprotocol); {KEY_RECIPE}")
+        if not self.loopback and self.api_key and (weak := key_problem(self.api_key)):
+            raise ConfigError(f"the API key is too easy to guess for a server on {self.host}: "
+                              f"{weak}; {KEY_RECIPE}")
+        if not self.loopback and not self.tls and not self.insecure_plaintext:
+            raise ConfigError(
+                f"serving on {self.host} without TLS sends the API key, the audio and the "
+                "text across the network in clear: serve TLS with --tls-self-signed (or "
+                "--tls-cert FILE --tls-key FILE), or accept the risk with --insecure-plaintext")
         if self.max_message_bytes < 1024:
             raise ConfigError(f"--max-message-bytes must be at least 1024; got {self.max_message_bytes}")
         if not (math.isfinite(self.max_buffer_s) and 0.1 <= self.max_buffer_s <= 3600):
@@ -93,6 +158,20 @@ class ServerSettings:
             if not origin or origin != origin.strip():
                 raise ConfigError(f"--allow-origin {origin!r}: expected an origin such as "
                                   "http://localhost:3000")
+        for host in self.allow_hosts:
+            if not _HOST_NAME.fullmatch(host.rstrip(".")):
+                raise ConfigError(f"--allow-host {host!r}: expected a host name such as "
+                                  "parley.example.org (no scheme, port or path)")
+        for value, flag in ((self.idle_timeout_s, "--idle-timeout-s"),
+                            (self.max_session_s, "--max-session-s")):
+            if not (math.isfinite(value) and (value == 0 or 1 <= value <= 7 * 86400)):
+                raise ConfigError(f"{flag} must be 0 (no limit) or from 1 to 604800 seconds; "
+                                  f"got {value}")
+        if not 0 <= self.queue <= 1000:
+            raise ConfigError(f"--queue must be from 0 (no waiting room) to 1000; got {self.queue}")
+        if not (math.isfinite(self.queue_timeout_s) and 1 <= self.queue_timeout_s <= 3600):
+            raise ConfigError(f"--queue-timeout-s must be from 1 to 3600 seconds; got "
+                              f"{self.queue_timeout_s}")
 
     def url(self, port: int | None = None) -> str:
         """The WebSocket URL clients connect to (``wss://`` with TLS)."""

@@ -4,7 +4,8 @@ A field that cannot be honoured never discards the rest of the update. What a cl
 gets for each field (the README's realtime section has the table):
 
 - honoured: ``instructions``, ``max_output_tokens``, ``output_modalities``, ``tools``,
-  ``tool_choice``, the audio formats (PCM16 at 24 kHz), ``server_vad``'s fields, the
+  ``tool_choice``, the audio formats (PCM16 at 24 kHz), ``server_vad``'s fields (its
+  ``idle_timeout_ms`` too: the server prompts an idle user, ``engine.server.app``), the
   voice's ``speed``, the transcription ``language``;
 - mapped: ``semantic_vad`` -> Parley's learned end of turn (``eagerness`` -> its
   threshold; silence where the model is missing), OpenAI voice names -> the loaded TTS's
@@ -13,7 +14,8 @@ gets for each field (the README's realtime section has the table):
   ``input_audio_format``, ``modalities``...) -> their GA places;
 - ignored with a log line and a note in ``session.updated``'s ``parley.ignored``:
   ``tracing``, ``include``, ``prompt``, ``truncation``, ``noise_reduction``,
-  ``idle_timeout_ms``, the transcription ``prompt``, and any field Parley does not know;
+  ``semantic_vad``'s ``idle_timeout_ms`` (OpenAI has it for ``server_vad`` only), the
+  transcription ``prompt``, and any field Parley does not know;
 - refused, each alone, as an ``error`` event naming the field: a value of the wrong
   type or out of range, and audio formats Parley cannot decode (G.711).
 """
@@ -35,6 +37,9 @@ log = logging.getLogger("parley.server")
 #: sooner); "auto" and "medium" keep the server's own threshold.
 EAGERNESS_THRESHOLDS = {"low": 0.5, "high": 0.15}
 EAGERNESS = ("auto", "low", "medium", "high")
+#: ``idle_timeout_ms`` Parley takes: a prompt sooner than a second after the last reply
+#: would talk over the user's first breath; later than an hour is what --idle-timeout-s is for.
+IDLE_TIMEOUT_MS_RANGE = (1000, 3_600_000)
 _IGNORED = {"tracing": "Parley keeps no traces", "include": "Parley sends no extra fields",
             "prompt": "Parley has no stored prompts: send instructions",
             "truncation": "Parley keeps the last llm.history_turns turns",
@@ -53,6 +58,13 @@ class Capabilities:
     tool_support: str | None = "this language model backend cannot call tools"
 
 
+@dataclass(frozen=True, slots=True)
+class IdleTimeout:
+    """A ``session.update``'s ``idle_timeout_ms``: ``ms``, or None for none."""
+
+    ms: int | None
+
+
 @dataclass
 class SessionChange:
     """What one ``session.update`` asks for, once read.
@@ -60,7 +72,9 @@ class SessionChange:
     ``overrides``: Parley settings (``{"section.key": value}``) with the client's field
     path of each in ``params``; ``voice``: the voice name the client gave (mapped later,
     against the TTS model); ``tools``/``tool_choice``/``speak``: None when not given;
-    ``errors``: the fields refused; ``ignored`` and ``notes``: said in ``session.updated``.
+    ``errors``: the fields refused; ``ignored`` and ``notes``: said in ``session.updated``;
+    ``idle_timeout``: the turn detection's ``idle_timeout_ms`` when the update set turn
+    detection (a new object without it, or no server_vad, turns it off), else None.
     """
 
     overrides: dict[str, Any] = field(default_factory=dict)
@@ -72,6 +86,7 @@ class SessionChange:
     errors: list[ClientError] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    idle_timeout: IdleTimeout | None = None
 
     def set(self, key: str, value: Any, param: str) -> None:
         self.overrides[key] = value
@@ -288,6 +303,7 @@ def _transcription(value: Any, param: str, change: SessionChange) -> None:
 
 def _turn_detection(detection: Any, param: str, base: EngineConfig, capabilities: Capabilities,
                     change: SessionChange) -> None:
+    change.idle_timeout = IdleTimeout(None)  # the new detection says; off unless it is set
     if detection is None:  # the client commits each turn itself
         change.set("turns.end_of_turn", "manual", param)
         change.set("turns.barge_in", "off", param)
@@ -327,7 +343,20 @@ def _turn_detection(detection: Any, param: str, base: EngineConfig, capabilities
                           "committed turn; a turn cannot wait for response.create",
                           f"{param}.create_response")
     if detection.get("idle_timeout_ms") is not None:
-        change.ignore(f"{param}.idle_timeout_ms", "Parley does not prompt an idle user")
+        if kind == "server_vad":
+            _field(change, _idle_timeout, detection["idle_timeout_ms"],
+                   f"{param}.idle_timeout_ms", change)
+        else:
+            change.ignore(f"{param}.idle_timeout_ms", "only server_vad has an idle timeout")
+
+
+def _idle_timeout(value: Any, param: str, change: SessionChange) -> None:
+    low, high = IDLE_TIMEOUT_MS_RANGE
+    value = expect(value, "integer", param)
+    if not low <= value <= high:
+        raise ClientError(INVALID_VALUE, f"'{param}' must be from {low} to {high} ms; got "
+                          f"{value}", param)
+    change.idle_timeout = IdleTimeout(value)
 
 
 def _semantic(detection: dict, param: str, base: EngineConfig, capabilities: Capabilities,

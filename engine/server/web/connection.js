@@ -1,6 +1,9 @@
 // The connection to /v1/realtime: a preflight GET of /v1/pool that says why a connect
 // would fail (a browser's WebSocket cannot read the HTTP status of a refused upgrade),
-// the WebSocket with the key as a subprotocol, and reconnecting with back-off.
+// the WebSocket with the key as a subprotocol, and reconnecting with back-off. With a
+// waiting room (serve --queue) a busy server admits the page, which shows its place in
+// line (the server's parley.queue.waiting events, asked for on the URL) until its session
+// is created.
 
 const KEY_PROTOCOL = "openai-insecure-api-key.";
 const BACKOFF_S = [1, 2, 4, 8, 15, 30];
@@ -11,6 +14,7 @@ export const MESSAGES = {
   bad_key: "This key cannot be sent by a browser (use letters, digits, '-', '_' and '.').",
   origin: "The server does not accept this page's address: start it with --allow-origin.",
   full: (s) => `The server is full: every pipeline is in use. Trying again in ${s} s.`,
+  queued: (n) => `Every pipeline is in use: waiting for a free one (place ${n} in line).`,
   unreachable: (s) => `The server cannot be reached. Trying again in ${s} s.`,
   lost: (s) => `The connection was lost. Reconnecting in ${s} s.`,
   failed: (s) => `The connection failed. Trying again in ${s} s.`,
@@ -30,7 +34,9 @@ export async function preflight(key) {
   if (answer.status === 403) return "origin";
   if (!answer.ok) return "unreachable";
   const pool = await answer.json();
-  return pool.units.some((u) => u.state === "free") ? "ok" : "full";
+  if (pool.units.some((u) => u.state === "free")) return "ok";
+  const line = pool.queue; // the waiting room: connect and wait when it has a place
+  return line && line.length < line.capacity ? "ok" : "full";
 }
 
 /** One realtime session that reconnects after a loss until `close()`. Calls
@@ -98,7 +104,8 @@ export class Connection {
     const state = await preflight(this.key);
     if (!this.wanted) return;
     if (state !== "ok") return this.diagnosed(state, false);
-    const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/realtime`;
+    const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}` +
+      "/v1/realtime?parley_queue_events=1";
     const protocols = this.key ? ["realtime", KEY_PROTOCOL + this.key] : ["realtime"];
     let ws;
     try {
@@ -114,10 +121,20 @@ export class Connection {
     ws.onopen = () => {
       opened = true;
       this.tries = 0;
-      this.onProblem(null, null);
-      this.onOpen();
     };
-    ws.onmessage = (m) => this.onEvent(JSON.parse(m.data));
+    // Open is not yet a session: a waiting page hears its place in line first.
+    ws.onmessage = (m) => {
+      const event = JSON.parse(m.data);
+      if (event.type === "parley.queue.waiting") {
+        this.onProblem("queued", MESSAGES.queued(event.position));
+        return;
+      }
+      if (event.type === "session.created") {
+        this.onProblem(null, null);
+        this.onOpen();
+      }
+      this.onEvent(event);
+    };
     ws.onclose = async () => {
       if (this.ws !== ws) return;
       this.ws = null;
