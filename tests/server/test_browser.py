@@ -71,6 +71,8 @@ def recordings(tmp_path_factory) -> dict[str, Path]:
         "two_turns": _wav(folder / "two_turns.wav", [1.0, FIRST, 18.0, SECOND, 20.0]),
         # Looped: the question again a moment after it ended, over the reply.
         "again": _wav(folder / "again.wav", [0.5, FIRST, 3.0]),
+        # A microphone in a quiet room.
+        "silence": _wav(folder / "silence.wav", [4.0]),
     }
 
 
@@ -253,6 +255,29 @@ def test_a_denied_microphone_says_so(served, chromium_path, recordings):
         assert page.text("state") == "Not connected"
     finally:
         chromium.close()
+
+
+def test_a_session_the_server_ends_for_idleness_stays_ended(chromium_path, recordings):
+    import urllib.request
+
+    server, port = _serve("--idle-timeout-s", "3")
+    chromium = Chromium(recordings["silence"], executable=chromium_path)
+    try:
+        page = chromium.open(f"http://127.0.0.1:{port}/")
+        connect(page, key=None)
+        page.wait("window.parley.stats.connected", 60, "the page to connect")
+        page.wait("window.parley.stats.problem === 'ended'", 30, "the server's idle end")
+        assert "idle" in page.text("message") and "Press Connect" in page.text("message")
+        assert page.text("state") == "Not connected"
+        # It does not reconnect by itself: the pipeline stays free for someone else.
+        time.sleep(4)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/pool", timeout=10) as answer:
+            pool = json.load(answer)
+        assert [unit["state"] for unit in pool["units"]] == ["free"]
+        assert not stats(page)["connected"]
+    finally:
+        chromium.close()
+        server.stop()
 
 
 def _spki(cert_file: Path) -> str:

@@ -29,6 +29,9 @@ function setState(next) {
   showState(next);
 }
 
+// Problems that end the session: the page waits for the user to press Connect again.
+const STOPS = new Set(["wrong_key", "origin", "bad_key", "host", "throttled", "ended"]);
+
 const connection = new Connection({
   onEvent: handle,
   onOpen: () => {
@@ -45,7 +48,7 @@ const connection = new Connection({
     showMessage(text);
     if (code) {
       connected = stats.connected = false;
-      setState(code === "wrong_key" || code === "origin" || code === "bad_key" ? "off" : "connecting");
+      setState(STOPS.has(code) ? "off" : "connecting");
     }
   },
   onClosed: () => stop(false),

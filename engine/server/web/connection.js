@@ -8,11 +8,17 @@
 const KEY_PROTOCOL = "openai-insecure-api-key.";
 const BACKOFF_S = [1, 2, 4, 8, 15, 30];
 const FULL_RETRY_S = 5;
+// The server's own ends of a session (serve --idle-timeout-s, --max-session-s).
+const SESSION_ENDS = new Set(["session_idle_timeout", "session_expired"]);
 
 export const MESSAGES = {
   wrong_key: "The server refused the API key. Check it and press Connect again.",
   bad_key: "This key cannot be sent by a browser (use letters, digits, '-', '_' and '.').",
   origin: "The server does not accept this page's address: start it with --allow-origin.",
+  host: "The server does not answer to the name this page was opened with: start it with " +
+    "--allow-host and that name, or open the page by the server's address.",
+  throttled: (s) => `Too many wrong API keys from this address: wait ${s} s, then press Connect.`,
+  ended: (text) => `${text} Press Connect to start a new session.`,
   full: (s) => `The server is full: every pipeline is in use. Trying again in ${s} s.`,
   queued: (n) => `Every pipeline is in use: waiting for a free one (place ${n} in line).`,
   unreachable: (s) => `The server cannot be reached. Trying again in ${s} s.`,
@@ -20,8 +26,17 @@ export const MESSAGES = {
   failed: (s) => `The connection failed. Trying again in ${s} s.`,
 };
 
-/** What the server says about connecting now: "ok", "full", "wrong_key", "origin" or
- * "unreachable". */
+/** The error code of a refused answer's JSON body (OpenAI's error shape), or null. */
+async function errorCode(answer) {
+  try {
+    return (await answer.json()).error.code;
+  } catch {
+    return null;
+  }
+}
+
+/** What the server says about connecting now: "ok", "full", "wrong_key", "origin", "host",
+ * "throttled" (with `retryAfter` seconds) or "unreachable". */
 export async function preflight(key) {
   const headers = key ? { Authorization: `Bearer ${key}` } : {};
   let answer;
@@ -31,7 +46,11 @@ export async function preflight(key) {
     return "unreachable";
   }
   if (answer.status === 401) return "wrong_key";
-  if (answer.status === 403) return "origin";
+  if (answer.status === 429) {
+    preflight.retryAfter = Number(answer.headers.get("Retry-After")) || 30;
+    return "throttled";
+  }
+  if (answer.status === 403) return (await errorCode(answer)) === "host_not_allowed" ? "host" : "origin";
   if (!answer.ok) return "unreachable";
   const pool = await answer.json();
   if (pool.units.some((u) => u.state === "free")) return "ok";
@@ -87,9 +106,10 @@ export class Connection {
 
   // A refusal that retrying cannot fix ends the session; the others are tried again.
   diagnosed(state, lost) {
-    if (state === "wrong_key" || state === "origin") {
+    if (state === "wrong_key" || state === "origin" || state === "host" || state === "throttled") {
       this.wanted = false;
-      this.onProblem(state, MESSAGES[state]);
+      const text = MESSAGES[state];
+      this.onProblem(state, state === "throttled" ? text(preflight.retryAfter) : text);
       this.onClosed();
     } else if (state === "full") {
       this.retry("full", MESSAGES.full);
@@ -118,6 +138,7 @@ export class Connection {
     }
     this.ws = ws;
     let opened = false;
+    let ended = null; // the server ended the session on purpose (idle, too long): no reconnect
     ws.onopen = () => {
       opened = true;
       this.tries = 0;
@@ -129,6 +150,7 @@ export class Connection {
         this.onProblem("queued", MESSAGES.queued(event.position));
         return;
       }
+      if (event.type === "error" && SESSION_ENDS.has(event.error?.code)) ended = event.error.message;
       if (event.type === "session.created") {
         this.onProblem(null, null);
         this.onOpen();
@@ -139,6 +161,13 @@ export class Connection {
       if (this.ws !== ws) return;
       this.ws = null;
       if (!this.wanted) return;
+      if (ended !== null) {
+        // Reconnecting would take a pipeline back for a page nobody is using.
+        this.wanted = false;
+        this.onProblem("ended", MESSAGES.ended(ended));
+        this.onClosed();
+        return;
+      }
       // Refused before the upgrade (or dropped): ask the server why, then try again.
       this.diagnosed(await preflight(this.key), opened);
     };
