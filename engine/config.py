@@ -272,6 +272,16 @@ class ToolsConfig:
 
 
 @dataclass(frozen=True)
+class HistoryConfig:
+    """Whether the conversations are stored in the history database (``engine/history/``)."""
+
+    enabled: bool = field(default=True, metadata=_range(
+        help="store every conversation in the history (off: nothing is stored; one "
+             "conversation is left out with the app's Private conversation or "
+             "parley-cli --private)", runtime=True))
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     """Everything the engine needs; the GUI's settings map one-to-one onto it."""
 
@@ -285,6 +295,7 @@ class EngineConfig:
     audio: AudioConfig = field(default_factory=AudioConfig)
     turns: TurnConfig = field(default_factory=TurnConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
+    history: HistoryConfig = field(default_factory=HistoryConfig)
 
     # ------------------------------------------------------------------ derived views
     def flat(self) -> dict[str, Any]:

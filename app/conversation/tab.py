@@ -1,7 +1,8 @@
 """The Conversation tab and what goes with it in the window: the turns as they happen
 (with the tool calls and the summary marker), the message box under them, a place beside
-them (the live meters), File > Clear conversation, the header's Stop
-talking button and push-to-talk controls, and the thinking chime (View menu)."""
+them (the live meters), File > Clear conversation, File > Private conversation (and its
+strip above the turns), the header's Stop talking button and push-to-talk controls, and
+the thinking chime (View menu)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QSplitter, QVBoxLayout, QWidget
 
 from app.conversation.composer import Composer
+from app.conversation.private import PrivateConversation
 from app.conversation.stop_talking import StopTalkingButton
 from app.conversation.talk_key import TalkKey
 from app.conversation.thinking_sound import ThinkingSound
@@ -30,6 +32,7 @@ class ConversationTab:
         column.setSpacing(0)
         column.addWidget(view, 1)
         column.addWidget(self.composer)
+        self.private = PrivateConversation(window, lambda strip: column.insertWidget(0, strip))
         self.split = QSplitter(Qt.Orientation.Horizontal)
         self.split.setObjectName("conversationSplit")
         self.split.addWidget(left)

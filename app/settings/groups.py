@@ -25,7 +25,10 @@ PTT_KEYS = ("Space", "F8", "F9", "F10", "Insert", "Pause")
 #: Shown in the Conversation group, read and written like the Advanced fields.
 CONVERSATION_FIELDS = (("turns.end_of_turn", "End of turn"),
                        ("turns.end_of_turn_threshold", "End-of-turn threshold"),
-                       ("audio.echo_cancellation", "Echo cancellation"))
+                       ("audio.echo_cancellation", "Echo cancellation"),
+                       ("history.enabled", "History"))
+#: A checkbox's own words beside its row's label.
+CHECKBOX_TEXTS = {"history.enabled": "Store conversations (File > Private conversation leaves one out)"}
 #: Laid out by hand in the groups above Advanced.
 MAIN_FIELDS = ({"device", "turns.live_transcription", "turns.barge_in", "audio.input_device",
                 "audio.output_device"} | {d for d, _text in CONVERSATION_FIELDS}
@@ -153,7 +156,8 @@ def audio_group() -> AudioGroup:
 
 @dataclass
 class ConversationGroup:
-    """"Conversation": live transcription, interruptions, turn-taking, the talk key."""
+    """"Conversation": live transcription, interruptions, turn-taking, whether the
+    history is kept, the talk key."""
 
     box: QGroupBox
     live: QCheckBox
@@ -181,6 +185,8 @@ def conversation_group() -> ConversationGroup:
         if dotted in fields:
             editor = editors[dotted] = make_editor(dotted, *fields[dotted])
             editor.setAccessibleName(text)
+            if isinstance(editor, QCheckBox) and dotted in CHECKBOX_TEXTS:
+                editor.setText(CHECKBOX_TEXTS[dotted])
             form.addRow(text, editor)
     ptt_key = _combo("pttKey", "Push-to-talk key")
     ptt_key.addItems(PTT_KEYS)

@@ -1,6 +1,7 @@
 """The Settings tab's Tools group: whether the assistant may call tools, your own tools
-(a Python file or module chosen here), the time limit of a call, and per tool with side
-effects whether Parley asks before running it.
+(a Python file or module chosen here), the time limit of a call, and per tool that asks
+first (side effects, or stored conversations sent to a remote LLM) whether Parley asks
+before running it.
 
 The tools themselves and whether the loaded language model can call them come from the
 engine (``Engine.tool_support()``, read off the GUI thread by ``app.settings.install``
@@ -141,7 +142,8 @@ class ToolsGroup(QObject):
                 self.choose.setEnabled(True)
 
     def _show_asks(self) -> None:
-        """One "Ask before running" box per tool with side effects, checked unless trusted."""
+        """One "Ask before running" box per tool that asks first (``ToolSupport.asks_first``:
+        side effects, or stored conversations sent to a remote LLM), checked unless trusted."""
         for box in self.asks.values():
             self._asks_grid.removeWidget(box)
             box.deleteLater()
@@ -150,7 +152,8 @@ class ToolsGroup(QObject):
             item = self._asks_grid.takeAt(0)
             if item.widget() is not None:
                 item.widget().deleteLater()
-        tools = [t for t in (self.support.tools if self.support is not None else ()) if t.side_effects]
+        support = self.support
+        tools = [] if support is None else [t for t in support.tools if support.asks_first(t)]
         # Two boxes a row, what each tool does in its tooltip: the group sits above
         # Advanced and must stay short.
         for i, tool in enumerate(tools):
@@ -158,7 +161,10 @@ class ToolsGroup(QObject):
             box.setObjectName(f"askBefore:{tool.name}")
             box.setAccessibleName(f"Ask before running {tool.name}")
             box.setAccessibleDescription(tool.description)
-            box.setToolTip(f"{tool.description} ({tool.source}). Cleared: it runs without asking.")
+            why = "" if tool.side_effects else (
+                " It returns your stored conversations, which the remote language model's "
+                "server would receive.")
+            box.setToolTip(f"{tool.description} ({tool.source}).{why} Cleared: it runs without asking.")
             box.setChecked(tool.name not in self._trusted)
             box.toggled.connect(lambda _on: self.edited.emit())
             self.asks[tool.name] = box

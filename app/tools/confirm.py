@@ -1,4 +1,5 @@
-"""Asking before a tool with side effects runs: the engine's tool confirmer as a dialog.
+"""Asking before a tool with side effects runs (or one that would send stored
+conversations to a remote LLM): the engine's tool confirmer as a dialog.
 
 ``Engine.set_tool_confirmer`` takes a function it calls on its tool worker thread, which
 may block until the user answers. ``ToolConfirmer`` is that function: it hands the
@@ -39,6 +40,14 @@ def pretty_arguments(arguments: str) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
+def why_asked(info) -> str:
+    """Why the engine asks before ``info``'s tool runs, in one sentence."""
+    if info.side_effects:
+        return "It has side effects."
+    return ("It returns your stored conversations, and the language model runs on a remote "
+            "server, which would receive them.")
+
+
 class ConfirmDialog(QDialog):
     """"Run this tool?": the tool's name, where it comes from, what it does, the arguments
     the assistant gave it; Run or Don't run (the default, and Esc)."""
@@ -68,7 +77,7 @@ class ConfirmDialog(QDialog):
         self.arguments.setReadOnly(True)
         self.arguments.setMaximumHeight(140)
         layout.addWidget(self.arguments)
-        note = QLabel("It has side effects. Settings > Tools can let it run without asking.")
+        note = QLabel(f"{why_asked(info)} Settings > Tools can let it run without asking.")
         note.setObjectName("hint")
         note.setWordWrap(True)
         layout.addWidget(note)

@@ -3,7 +3,9 @@
 The reply's text goes to stdout (or one JSON record with ``--json``); ``--output WAV``
 speaks it into a WAV file. Without ``--output`` the reply is text only: no audio is
 made and nothing plays, so the command needs no sound card. ``ask -`` reads the message
-from stdin. The turn is stored in the history as typed unless ``--no-history``.
+from stdin. The turn is stored in the history as typed unless ``--private`` (or
+``history.enabled`` is off). A tool with side effects asks on the terminal first
+(``--yes`` allows them all; with no terminal it is not run): ``engine/cli/confirm.py``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from engine.cli.confirm import add_privacy_arguments
 from engine.config import EngineConfig, config_from_flags
 from engine.errors import ParleyError, run_command
 
@@ -29,8 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser, add_config_flags: AddConfigFl
     parser.add_argument("--output", metavar="WAV", help=_AUDIO)
     parser.add_argument("--json", action="store_true",
                         help="print one JSON record: the reply, the audio file, the turn's figures")
-    parser.add_argument("--no-history", action="store_true",
-                        help="do not store the turn in the conversation history")
+    add_privacy_arguments(parser, turns="the message and its reply")
     add_config_flags(parser)
 
 
@@ -60,6 +62,7 @@ def message_of(args: argparse.Namespace) -> str:
 def run_ask(args: argparse.Namespace, config: EngineConfig) -> int:
     """Answer the message; 0, or 1 when a stage reported an error on the turn."""
     from engine.audio.file_sink import FileSink
+    from engine.cli.confirm import TerminalConfirmer, history_source
     from engine.cli.converse import check_output
     from engine.cli.output import write_json
     from engine.cli.typed import TypedConversation
@@ -68,7 +71,9 @@ def run_ask(args: argparse.Namespace, config: EngineConfig) -> int:
     text = message_of(args)  # before anything loads
     check_output(args.output)
     sink = FileSink(args.output, realtime=False)
-    with TypedConversation(config, sink, history=None if args.no_history else "ask") as chat:
+    confirmer = TerminalConfirmer(allow_all=args.yes)
+    with TypedConversation(config, sink, history=history_source(args, config, "ask"),
+                           confirmer=confirmer) as chat:
         answer = chat.answer(text, speak=args.output is not None)
         placements, notes = chat.engine.placement_dicts(), list(chat.engine.notes)
     # closed: the WAV file is written
@@ -80,6 +85,8 @@ def run_ask(args: argparse.Namespace, config: EngineConfig) -> int:
                     "audio_s": audio_s if args.output else None,
                     "kind": None if record is None else record.kind.value,
                     "turn": None if record is None else turn_dict(record),
+                    "tool_calls": [{"name": c.call.name, "arguments": c.call.arguments,
+                                    "error": c.error} for c in answer.tool_calls],
                     "placements": placements, "notes": notes, "errors": answer.errors})
     else:
         for error in answer.errors:

@@ -5,7 +5,9 @@ line per reply, ``parley: ...``) and spoken on the speaker, or into ``--output W
 unless ``--text-only``. ``/quit`` or end of input (Ctrl-D) ends the chat; ``/new``
 starts the conversation over; an empty line is skipped with a hint on stderr. Ctrl-C
 during a reply cuts it off, at the prompt it ends the chat. The turns are stored in the
-history as typed unless ``--no-history``.
+history as typed unless ``--private`` (or ``history.enabled`` is off). A tool with side
+effects asks on the terminal first (``--yes`` allows them all; with no terminal it is not
+run): ``engine/cli/confirm.py``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from engine.cli.confirm import add_privacy_arguments
 from engine.config import EngineConfig, config_from_flags
 from engine.errors import ParleyError, run_command
 
@@ -35,8 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser, add_config_flags: AddConfigFl
                         help="reply in text only: no audio is made, nothing plays")
     parser.add_argument("--output", metavar="WAV",
                         help="write the spoken replies to this WAV file instead of the speaker")
-    parser.add_argument("--no-history", action="store_true",
-                        help="do not store the turns in the conversation history")
+    add_privacy_arguments(parser, turns="the turns")
     add_config_flags(parser)
 
 
@@ -71,6 +73,7 @@ def _check_stdin() -> None:
 def run_chat(args: argparse.Namespace, config: EngineConfig) -> int:
     """Answer each line until /quit or end of input; 0, or 1 when a reply failed."""
     from engine.audio.file_sink import FileSink
+    from engine.cli.confirm import TerminalConfirmer, history_source
     from engine.cli.converse import check_output
     from engine.cli.typed import TypedConversation
 
@@ -88,9 +91,12 @@ def run_chat(args: argparse.Namespace, config: EngineConfig) -> int:
         sink = SpeakerSink(config.audio.output_device)
     interactive = sys.stdin.isatty()
     failed = False
-    with TypedConversation(config, sink, history=None if args.no_history else "chat") as chat:
+    history = history_source(args, config, "chat")
+    confirmer = TerminalConfirmer(allow_all=args.yes)
+    with TypedConversation(config, sink, history=history, confirmer=confirmer) as chat:
         print(f"parley chat: type a message and press Enter; {_NEW} starts over, {_QUIT} or "
-              "Ctrl-D ends", file=sys.stderr)
+              "Ctrl-D ends" + ("" if history else "; a private conversation: nothing is stored"),
+              file=sys.stderr)
         for line in _lines(interactive):
             text = line.strip()
             if text == _QUIT:

@@ -2,7 +2,9 @@
 
 The run itself is ``engine.recording`` (shared with ``parley --self-test``); this module
 adds what a terminal user sees: the placements, load progress and the run's words on
-stderr, the result on stdout.
+stderr, the result on stdout. ``converse`` stores its turns in the history unless
+``--private`` (or ``history.enabled`` is off), and asks on the terminal before a tool
+with side effects (``--yes``: ``engine/cli/confirm.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.bench.variants import bench_variants
+from engine.cli.confirm import TerminalConfirmer, history_source
 from engine.cli.output import show_choices, show_progress, write_json
 from engine.config import EngineConfig
 from engine.engine import Engine
@@ -73,18 +76,21 @@ def run_converse(args: argparse.Namespace, config: EngineConfig) -> int:
     check_output(args.output)
     if args.fast:  # without a real-time clock every turn would barge into the last reply
         config = config.with_overrides({"turns.barge_in": "off"})
-    store = None if args.no_history else HistoryStore()  # a broken history fails before loading
+    source = history_source(args, config, f"converse:{Path(args.input).resolve()}")
+    store = None if source is None else HistoryStore()  # a broken history fails before loading
     if store is not None and store.notice:
         print(f"parley-cli: note: {store.notice}", file=sys.stderr)
+    confirmer = TerminalConfirmer(allow_all=args.yes)
     try:
         engine = prepare_engine(config)
-        recorder = (record_history(engine, f"converse:{Path(args.input).resolve()}", store)
-                    if store else None)
+        recorder = record_history(engine, source, store) if store and source else None
+        engine.set_tool_confirmer(confirmer)
         try:
             turns, errors = run_recording(engine, audio, args.output, not args.fast,
                                           _echo(not args.json))
             placements = engine.placement_dicts()
         finally:
+            confirmer.close()  # a question still open is answered "no": the tools can end
             for problem in recorder.close() if recorder else ():
                 print(f"parley-cli: warning: {problem}", file=sys.stderr)
             engine.close()

@@ -55,8 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     conv.add_argument("--fast", action="store_true",
                       help="feed the recording as fast as possible instead of at real time")
-    conv.add_argument("--no-history", action="store_true",
-                      help="do not store the turns in the conversation history")
+    from engine.cli.confirm import add_privacy_arguments  # light: --private, --yes
+
+    add_privacy_arguments(conv, turns="the turns")
     add_config_flags(conv)
 
     dev = sub.add_parser("devices", help="list compute devices, remote servers and sound cards")

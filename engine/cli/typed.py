@@ -4,7 +4,10 @@ messages on the offline (or configured) stack, with no microphone.
 ``TypedConversation`` loads the engine, starts one unit on a silent source and the sink
 the command chose (a WAV file, the speaker, or one that keeps nothing), records its turns
 in the history (as typed, ``TurnKind.TYPED``), and answers one message at a time
-(``answer``), streaming the reply's clauses to a callback as they are written.
+(``answer``), streaming the reply's clauses to a callback as they are written. A reply
+that calls the assistant's tools is followed into the turn the tool worker opens for the
+answer; the command's ``TerminalConfirmer`` (``engine/cli/confirm.py``) is asked first
+where a tool needs the user's yes.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ from engine.audio.base import AudioSink
 from engine.audio.silent import SilentInput
 from engine.config import EngineConfig
 from engine.errors import ParleyError
-from engine.pipeline.events import EngineError, ReplyText, TurnCancelled, TurnFinished
+from engine.pipeline.events import (EngineError, Event, ReplyText, ToolCallFinished, ToolCallsMade,
+                                    TurnCancelled, TurnFinished)
 from engine.pipeline.metrics import TurnRecord
 
 if TYPE_CHECKING:
+    from engine.cli.confirm import TerminalConfirmer
     from engine.runtime.model_registry import ModelRegistry
 
 #: The longest one reply may take before the command gives up on it.
@@ -46,16 +51,31 @@ def stdin_text(command: str) -> str:
 
 @dataclass
 class Answer:
-    """One typed message's outcome: the turn's record (texts, marks, figures; cancelled
-    when it was cut off or failed) and the stage errors reported on it."""
+    """One typed message's outcome: the last turn's record (texts, marks, figures;
+    cancelled when it was cut off or failed), the stage errors reported on it, the tool
+    calls its reply made (``ToolCallFinished``) and the records of the turns before the
+    last (the one that called the tools, when the answer came in the next)."""
 
     turn_id: int
     record: TurnRecord | None
     errors: list[str] = field(default_factory=list)
+    tool_calls: list[ToolCallFinished] = field(default_factory=list)
+    earlier: list[TurnRecord] = field(default_factory=list)
 
     @property
     def reply(self) -> str:
-        return "" if self.record is None else self.record.reply
+        """Every word the model wrote for the message, the turns of its tool calls included."""
+        records = [*self.earlier, *([] if self.record is None else [self.record])]
+        return " ".join(r.reply.strip() for r in records if r.reply.strip())
+
+
+def _turn_of(event: Event) -> int | None:
+    """The turn a reply's event belongs to (None: not such an event)."""
+    if isinstance(event, TurnFinished):
+        return event.record.turn_id
+    if isinstance(event, ReplyText | ToolCallsMade | TurnCancelled):
+        return event.turn_id
+    return None
 
 
 class TypedConversation:
@@ -63,10 +83,12 @@ class TypedConversation:
     a context manager) to stop the unit, write the sink's file and store the history."""
 
     def __init__(self, config: EngineConfig, sink: AudioSink, *, history: str | None,
-                 registry: ModelRegistry | None = None) -> None:
+                 registry: ModelRegistry | None = None,
+                 confirmer: TerminalConfirmer | None = None) -> None:
         """``history``: the conversation's source label in the history (None: not stored);
-        ``registry``: models to share (a test's). Loads the models (with progress on
-        stderr): blocks for seconds."""
+        ``registry``: models to share (a test's); ``confirmer``: who is asked before a
+        tool that needs the user's yes (None: such a call is not run). Loads the models
+        (with progress on stderr): blocks for seconds."""
         from engine.cli.converse import prepare_engine
         from engine.history.recorder import record_history
         from engine.history.store import HistoryStore
@@ -76,10 +98,12 @@ class TypedConversation:
         if self._store is not None and self._store.notice:
             print(f"parley-cli: note: {self._store.notice}", file=sys.stderr)
         self._recorder = None
+        self._confirmer = confirmer
         try:
             self.engine = prepare_engine(config, registry)
             if self._store is not None and history:
                 self._recorder = record_history(self.engine, history, self._store)
+            self.engine.set_tool_confirmer(confirmer)
             self.engine.start([SilentInput()], [sink])
         except BaseException:
             self.close()
@@ -98,6 +122,8 @@ class TypedConversation:
                 return self._wait(turn, events, on_text, REPLY_TIMEOUT_S)
             except KeyboardInterrupt:
                 self.engine.interrupt()
+                if self._confirmer is not None:
+                    self._confirmer.cancel()  # a question on the terminal is answered "no"
                 record = self.engine.metrics.turn(0, turn)
                 if record is None or not (record.finished or record.cancelled):
                     self._wait(turn, events, None, _AFTER_ERROR_S)  # its end, cut off
@@ -107,8 +133,12 @@ class TypedConversation:
 
     def _wait(self, turn: int, events: queue.SimpleQueue,
               on_text: Callable[[str], None] | None, timeout_s: float) -> Answer:
+        """Until ``turn`` ends; when its reply called tools, until the turn after it
+        (the tool worker's answer) ends, and so on."""
         answer = Answer(turn, None)
         deadline = time.monotonic() + timeout_s
+        calling: set[int] = set()  # turns whose reply called tools
+        after: int | None = None  # the answer is the next turn after this one
         while True:
             try:
                 event = events.get(timeout=0.1)
@@ -120,17 +150,27 @@ class TypedConversation:
                 continue
             if event.unit != 0 and not isinstance(event, EngineError):
                 continue
+            if after is not None and (opened := _turn_of(event)) is not None and opened > after:
+                turn, after = opened, None  # the turn the tool worker answers in
             if isinstance(event, ReplyText) and event.turn_id == turn:
                 if on_text is not None:
                     on_text(event.text)
+            elif isinstance(event, ToolCallsMade) and event.turn_id == turn:
+                calling.add(turn)
+            elif isinstance(event, ToolCallFinished) and event.turn_id in calling:
+                answer.tool_calls.append(event)
             elif isinstance(event, EngineError) and event.turn_id in (turn, None):
                 answer.errors.append(f"{event.stage}: {event.message}")
                 deadline = min(deadline, time.monotonic() + _AFTER_ERROR_S)
             elif isinstance(event, TurnFinished) and event.record.turn_id == turn:
-                answer.record = event.record
+                if turn in calling:  # its tools run; the answer comes in the next turn
+                    answer.earlier.append(event.record)
+                    after = turn
+                    continue
+                answer.turn_id, answer.record = turn, event.record
                 return answer
             elif isinstance(event, TurnCancelled) and event.turn_id == turn:
-                answer.record = self.engine.metrics.turn(0, turn)
+                answer.turn_id, answer.record = turn, self.engine.metrics.turn(0, turn)
                 return answer
 
     def new_conversation(self) -> None:
@@ -146,6 +186,8 @@ class TypedConversation:
 
     def close(self) -> None:
         """Stop the unit (the sink writes its file), store the history, release the models."""
+        if self._confirmer is not None:
+            self._confirmer.close()  # a question still open is answered "no": the tools can end
         engine = getattr(self, "engine", None)
         if engine is not None:
             engine.close()

@@ -7,6 +7,10 @@ milliseconds once per turn, off the pipeline. The stage thread that emits
 (``HistoryRecorder``, thread ``history-writer``) commits it. A turn is durable once its
 transaction commits, milliseconds after ``TurnFinished``; a crash or kill loses at most the
 turn in flight (and, in that instant, one that finished but was not yet committed).
+
+Nothing is stored while ``history.enabled`` is off (read per turn: the app's Settings
+change it in place) or while the recorder is private (``set_private``: the app's
+Private conversation); such a turn is dropped in the listener, never queued.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ log = logging.getLogger("parley.history")
 
 PlacementsFn = Callable[[], list[dict]]
 StoredFn = Callable[[TurnRecord], None]
+EnabledFn = Callable[[], bool]
 
 
 _NEW_CONVERSATION = object()  # the writer's marker: the next turn starts a conversation
@@ -44,14 +49,15 @@ class HistoryRecorder:
     Stored: every ``TurnFinished``, and a turn cut off by barge-in (``TurnCancelled``
     with reason ``barge-in``, given ``metrics`` to read it from) with ``cancelled=1``;
     a turn stored before it was cut off is updated. A turn cut off before any word was
-    recognised or said is not kept.
+    recognised or said is not kept. Nothing is stored while ``enabled()`` is False or
+    the recorder is private (``set_private``).
     """
 
     def __init__(self, store: HistoryStore, subscribe: Callable[[Callable[[Event], None]],
                                                                 Callable[[], None]],
                  source: str, *, metrics: Any = None, placements: PlacementsFn | None = None,
                  conversation_id: int | None = None, on_stored: StoredFn | None = None,
-                 owns_store: bool = False) -> None:
+                 owns_store: bool = False, enabled: EnabledFn | None = None) -> None:
         self.store = store
         self.source = source
         self.conversation_id = conversation_id
@@ -60,6 +66,8 @@ class HistoryRecorder:
         self._placements = placements or (lambda: [])
         self._on_stored = on_stored
         self._owns_store = owns_store
+        self._enabled = enabled or (lambda: True)
+        self._private = False
         self._started_at = utc_now()
         self._conversation_placements = self._placements()
         self._rows: dict[tuple[int, int], int] = {}  # (unit, turn_id) -> row; writer thread only
@@ -73,8 +81,23 @@ class HistoryRecorder:
     def notice(self) -> str | None:
         return self.store.notice
 
+    @property
+    def private(self) -> bool:
+        """True while no turn is stored (``set_private``)."""
+        return self._private
+
+    def set_private(self, private: bool) -> None:
+        """Start (True) or end (False) a private stretch: the turns that finish meanwhile
+        are not stored. Either way the next stored turn opens a new conversation, so no
+        stored conversation has a private part."""
+        if private != self._private:
+            self._private = private
+            self.new_conversation()
+
     def listen(self, event: Event) -> None:
         """The event listener: queue a finished (or cut-off) turn; never touches disk."""
+        if self._private or not self._enabled():
+            return
         if isinstance(event, TurnFinished):
             self._queue.put((event.record, False, self._placements(), utc_now()))
         elif isinstance(event, TurnCancelled) and event.reason == CancelReason.BARGE_IN and self._metrics:
@@ -169,7 +192,8 @@ class HistoryRecorder:
 
 def record_history(engine: Any, source: str, store: HistoryStore | str | Path | None = None, *,
                    on_stored: StoredFn | None = None) -> HistoryRecorder:
-    """Record every finished turn of ``engine`` into the history until ``close()``.
+    """Record every finished turn of ``engine`` into the history until ``close()``, while
+    its ``history.enabled`` setting is on (read per turn, so an Apply turns it off or on).
 
     ``store``: an open ``HistoryStore`` (left open on close), or a database path, or None
     for the user's data folder (opened here, closed on close; may raise HistoryError).
@@ -180,4 +204,4 @@ def record_history(engine: Any, source: str, store: HistoryStore | str | Path | 
     opened = HistoryStore(store) if owns else store
     return HistoryRecorder(opened, engine.subscribe, source, metrics=engine.metrics,
                            placements=engine.placement_dicts, on_stored=on_stored,
-                           owns_store=owns)
+                           owns_store=owns, enabled=lambda: engine.config.history.enabled)

@@ -118,10 +118,13 @@ def built_in_tools(book: TimerBook, history_path: Callable[[], Path]) -> dict[st
     required = {"cancel_timer": ["timer_id"], "calculate": ["expression"],
                 "search_history": ["query"], "set_reminder": ["label"]}
     tools: dict[str, Tool] = {}
+    # Its result is stored conversations: a remote LLM's server would receive them.
+    returns_history = {"search_history"}
     for name, description, properties, run, side_effects in specs:
         parameters: dict[str, Any] = {"type": "object", "properties": properties}
         if name in required:
             parameters["required"] = required[name]
-        tools[name] = Tool(ToolInfo(name, description, side_effects, BUILT_IN),
+        tools[name] = Tool(ToolInfo(name, description, side_effects, BUILT_IN,
+                                    returns_history=name in returns_history),
                            ToolSpec(name, description, parameters), run)
     return tools

@@ -36,6 +36,8 @@ log = logging.getLogger("parley.tools")
 #: The turn id the chime is played under (real turns count from 1).
 CHIME_TURN = 0
 CHIME_RATE = 24000
+#: The ``actual_device`` of a model on an OpenAI-compatible server (``llm.backend openai``).
+REMOTE = "remote"
 ENABLE_HINT = ("tools need an LLM that can call them: a remote OpenAI-compatible LLM "
                "(llm.backend openai), or a local model whose chat template offers tools, "
                "such as Qwen2.5-Instruct, Qwen3 or a Llama 3.x instruct model")
@@ -90,18 +92,20 @@ class ToolHost:
                 worker.close()
             raise
         no_llm = llm.tool_support()
+        # A remote LLM's server receives every tool result: stored conversations ask first.
+        remote = llm.actual_device == REMOTE
         if fault is not None:
-            support = ToolSupport(False, fault, _infos(self._built_ins))
+            support = ToolSupport(False, fault, _infos(self._built_ins), remote)
         elif not config.enabled:
-            support = ToolSupport(False, "tools are off (tools.enabled is false)", _infos(tools))
+            support = ToolSupport(False, "tools are off (tools.enabled is false)", _infos(tools), remote)
         elif no_llm is not None:
             hint = "" if "models that can" in no_llm else f"; {ENABLE_HINT}"
-            support = ToolSupport(False, f"tools are off: {no_llm}{hint}", _infos(tools))
+            support = ToolSupport(False, f"tools are off: {no_llm}{hint}", _infos(tools), remote)
         else:
-            support = ToolSupport(True, "", _infos(tools))
+            support = ToolSupport(True, "", _infos(tools), remote)
         with self._lock:
             old_worker, self._worker = self._worker, worker
-            self._set = ToolSet(tools, trusted, config.timeout_s, worker)
+            self._set = ToolSet(tools, trusted, config.timeout_s, worker, remote)
             self._support = support
             units = list(self._units.values())
         if old_worker is not None and old_worker is not worker:
@@ -137,7 +141,9 @@ class ToolHost:
         return self._support
 
     def set_confirmer(self, confirm: Confirmer | None) -> None:
-        """Who is asked before an untrusted tool with side effects runs (None: declined)."""
+        """Who is asked before an untrusted tool with side effects (or one that would send
+        stored conversations to a remote LLM) runs; None: such a call is not run, and the
+        model is told nobody could be asked."""
         self._confirm = confirm
 
     # ------------------------------------------------------------------ timers

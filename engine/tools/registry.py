@@ -21,22 +21,37 @@ BUILT_IN = "built-in"
 @dataclass(frozen=True, slots=True)
 class ToolInfo:
     """One tool as the user sees it: ``source`` is "built-in" or the user module's name;
-    ``side_effects`` tools ask the confirmer first unless named in ``tools.trusted``."""
+    ``side_effects`` tools ask the confirmer first unless named in ``tools.trusted``.
+    ``returns_history``: its result holds turns of the stored conversations, which a
+    remote LLM's server receives, so it asks first too while the LLM is remote."""
 
     name: str
     description: str
     side_effects: bool
     source: str
+    returns_history: bool = False
+
+
+def asks_first(tool: ToolInfo, *, remote_llm: bool) -> bool:
+    """Whether a call of ``tool`` needs the user's yes (unless ``tools.trusted`` names
+    it): it has side effects, or it would send stored conversations to a remote LLM."""
+    return tool.side_effects or (tool.returns_history and remote_llm)
 
 
 @dataclass(frozen=True, slots=True)
 class ToolSupport:
     """Whether the engine offers tools now. ``reason`` is empty when ``available``, else
-    why not and what would enable them; ``tools`` lists the tools known (offered or not)."""
+    why not and what would enable them; ``tools`` lists the tools known (offered or not);
+    ``remote_llm``: the LLM that reads the tools' results runs on a remote server."""
 
     available: bool
     reason: str
     tools: tuple[ToolInfo, ...] = ()
+    remote_llm: bool = False
+
+    def asks_first(self, tool: ToolInfo) -> bool:
+        """Whether ``tool`` asks before it runs with this LLM (unless trusted)."""
+        return asks_first(tool, remote_llm=self.remote_llm)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """The tool worker thread (``parley-tools``): runs the calls a desktop unit's reply made.
 
 Per ``ToolCallsMade``: each call is announced (``ToolCallStarted``), confirmed when it has
-side effects and is not trusted, acknowledged aloud once ("One moment.", which opens the
+side effects, or would send stored conversations to a remote LLM, and is not trusted
+(``asks_first``), acknowledged aloud once ("One moment.", which opens the
 turn the answer then comes in: ``PipelineUnit.speak``), run — a
 built-in here, a user tool in the worker process with ``tools.timeout_s`` — and ended
 (``ToolCallFinished``); its result (or error) goes into the unit's chat history as the
@@ -27,7 +28,7 @@ from engine.backends.base import ToolCall
 from engine.pipeline.chat_history import HistoryItem, ItemKind
 from engine.pipeline.events import EventHub, ToolCallFinished, ToolCallsMade, ToolCallStarted
 from engine.pipeline.messages import TextChunk
-from engine.tools.registry import Tool, ToolInfo
+from engine.tools.registry import Tool, ToolInfo, asks_first
 from engine.tools.worker import ToolRaised, ToolTimeout, UserToolWorker, result_text
 
 if TYPE_CHECKING:
@@ -39,12 +40,21 @@ ACKNOWLEDGEMENT = "One moment."
 APOLOGY = "Sorry, that did not work."
 APOLOGY_TIMEOUT = "Sorry, that took too long."
 DECLINED = "declined by the user"
+#: A call that needed the user's yes when nobody could be asked (no confirmer).
+NOT_ASKED = ("not run: it needs the user's permission and nobody could be asked (the user "
+             "can allow it in advance by naming it in tools.trusted)")
 #: Replies in a row that may call tools again; the one after answers without tools.
 MAX_ROUNDS = 4
 #: A result longer than this is cut (the prompt and the history carry it every turn).
 MAX_RESULT_CHARS = 8000
 
 Confirmer = Callable[[ToolCall, ToolInfo], bool]
+
+
+class NobodyToAsk(Exception):
+    """Raised by a confirmer that cannot ask anyone (a command line with no terminal):
+    the call is not run, and the model is told that nobody could be asked, with the
+    exception's text (how the user can allow it), not that the user said no."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +65,7 @@ class ToolSet:
     trusted: frozenset[str]
     timeout_s: float
     worker: UserToolWorker | None
+    remote_llm: bool = False  # the results go to a remote LLM's server
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +128,8 @@ class ToolRunner:
             result = ""
             if tool is None:
                 error = f"there is no tool {call.name!r}"
-            elif not self._confirmed(call, tool, tools):
-                error = DECLINED
+            elif (refusal := self._refusal(call, tool, tools)) is not None:
+                error = refusal
             else:
                 if follow is None and not unit.ctx.stopping.is_set():
                     follow = unit.speak(ACKNOWLEDGEMENT)
@@ -129,7 +140,7 @@ class ToolRunner:
                 except Exception as exc:  # noqa: BLE001 - the tool's failure is the model's to hear of
                     error = exc.args[0] if isinstance(exc, ToolRaised) and exc.args else \
                         f"{type(exc).__name__}: {exc}"
-                failed = failed or (error is not None and error != DECLINED)
+                failed = failed or error is not None
             if error is not None:
                 result = json.dumps({"error": error}, ensure_ascii=False)
             elif len(result) > MAX_RESULT_CHARS:
@@ -164,17 +175,20 @@ class ToolRunner:
         if record is not None and not record.cancelled:
             unit.tts.put(TextChunk(turn, unit.control.generation, "", True))
 
-    def _confirmed(self, call: ToolCall, tool: Tool, tools: ToolSet) -> bool:
-        if not tool.info.side_effects or tool.info.name in tools.trusted:
-            return True
+    def _refusal(self, call: ToolCall, tool: Tool, tools: ToolSet) -> str | None:
+        """None when the call may run; else why not, as the model is told it."""
+        if not asks_first(tool.info, remote_llm=tools.remote_llm) or tool.info.name in tools.trusted:
+            return None
         confirm = self._confirmer()
         if confirm is None:
-            return False
+            return NOT_ASKED
         try:
-            return bool(confirm(call, tool.info))
+            return None if confirm(call, tool.info) else DECLINED
+        except NobodyToAsk as exc:
+            return f"not run: it needs the user's permission and nobody could be asked ({exc})"
         except Exception:  # a confirmer that fails has not said yes (logged)
             log.exception("the tool confirmer failed on %s", call.name)
-            return False
+            return "not run: asking the user for permission failed"
 
     def _call(self, tool: Tool, call: ToolCall, tools: ToolSet) -> str:
         if tool.run is None:

@@ -1,8 +1,12 @@
 """The user's own tools: ``tools.user_module`` is a ``.py`` file or a module name that
 exposes ``TOOLS``, a list of JSON-schema descriptions in the OpenAI function format
-(``name``, ``description``, ``parameters``, optional ``side_effects: true``; the
+(``name``, ``description``, ``parameters``, optional ``side_effects``; the
 ``{"type": "function", "function": {...}}`` wrapping is accepted too) and one function
 per tool, of the same name, taking the arguments as keywords.
+
+A tool is taken to have side effects (it asks before it runs) unless it declares
+``side_effects: false``: Parley cannot see what a user's function does, so one that says
+nothing is treated as one that could order the pizza.
 
 ``load_user_module`` runs in the tool worker process (``engine/tools/worker.py``): the
 module's own imports and top-level code never run in the engine's process. Every fault
@@ -131,7 +135,7 @@ def _describe(entry: object, at: str) -> UserTool:
             or not isinstance(parameters.get("properties", {}), dict):
         raise ToolModuleError(f"tools.user_module: {at} ({name}): 'parameters' must be a JSON "
                               "schema of type object with a 'properties' dict")
-    side_effects = entry.get("side_effects", False)
+    side_effects = entry.get("side_effects", True)  # unknown: could act, so it asks
     if not isinstance(side_effects, bool):
         raise ToolModuleError(f"tools.user_module: {at} ({name}): 'side_effects' must be true or false")
     unknown = set(entry) - {"name", "description", "parameters", "side_effects", "strict"}

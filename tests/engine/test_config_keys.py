@@ -24,6 +24,7 @@ KEYS = [
     "turns.live_transcription_interval", "turns.barge_in", "turns.end_of_turn",
     "turns.end_of_turn_threshold", "turns.speculative_start_ms",
     "tools.enabled", "tools.user_module", "tools.timeout_s", "tools.trusted",
+    "history.enabled",
 ]
 
 

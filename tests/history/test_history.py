@@ -321,9 +321,12 @@ def test_concurrent_writers_in_threads_and_connections_lose_nothing(db):
 
 # ----------------------------------------------------------------------------- recorder
 class FakeEngine:
-    """What record_history uses: subscribe, metrics, placement_dicts."""
+    """What record_history uses: subscribe, metrics, placement_dicts, config."""
 
     def __init__(self) -> None:
+        from engine.config import EngineConfig
+
+        self.config = EngineConfig()
         self.events = EventHub()
         self.metrics = Metrics()
         self.placements = {"stt": _Placement("stt", "faster-whisper", "tiny.en", "cpu")}

@@ -61,17 +61,31 @@ def test_a_2_s_timer_fires_with_a_chime_and_a_longer_one_outlives_a_restart(make
     assert Engine(run.engine.config, registry=registry, hub=HubStatus(offline=True)).timers() == ()
 
 
-def test_the_history_search_tool_finds_an_earlier_turn(make_engine):
+def test_the_history_search_tool_finds_an_earlier_turn_once_allowed(make_engine, chat):
     from engine.history.recorder import record_history
+    from engine.tools.runner import NOT_ASKED
 
     run = make_engine()
+    # The LLM is remote: its server would receive the stored turns, so the tool asks first.
+    assert run.engine.tool_support().remote_llm
     recorder = record_history(run.engine, "desktop")
     try:
         run.ask("Tell me about the castle in Edinburgh.")
         assert recorder.flush()
+        asked = len(chat.requests)
+        refused = run.ask("Search the history for it.")  # nobody to ask: not run
+        assert run.of(ToolCallFinished)[-1].error == NOT_ASKED and NOT_ASKED in refused.record.reply
+        # The server was sent no stored turn: the tool's output is only the refusal.
+        outputs = [m["content"] for body in chat.requests[asked:] for m in body["messages"]
+                   if m["role"] == "tool"]
+        assert outputs and all("Edinburgh" not in text for text in outputs)
+        questions = []
+        run.engine.set_tool_confirmer(lambda call, info: questions.append(
+            (call.name, info.returns_history, info.side_effects)) or True)
         finished = run.ask("Search the history for it.")  # the recorded call: query "Edinburgh"
     finally:
         recorder.close()
+    assert questions == [("search_history", True, False)]
     call = run.of(ToolCallFinished)[-1]
     assert call.call.name == "search_history" and call.error is None
     turns = json.loads(call.result)["turns"]
@@ -85,9 +99,11 @@ import time
 
 TOOLS = [
     {"name": "tell_fortune", "description": "Tell a fortune for a star sign.",
-     "parameters": {"type": "object", "properties": {"sign": {"type": "string"}}}},
-    {"type": "function", "function": {"name": "explode_now", "description": "Always fails."}},
-    {"name": "wait_forever", "description": "Never returns."},
+     "parameters": {"type": "object", "properties": {"sign": {"type": "string"}}},
+     "side_effects": False},
+    {"type": "function", "function": {"name": "explode_now", "description": "Always fails."},
+     "side_effects": False},
+    {"name": "wait_forever", "description": "Never returns.", "side_effects": False},
 ]
 
 
@@ -182,10 +198,14 @@ def test_the_confirmer_blocks_a_side_effecting_tool_until_it_answers(make_engine
     call = run.of(ToolCallFinished)[-1]
     assert call.error == "declined by the user" and "declined by the user" in finished.record.reply
     assert all(t.kind == "timer" for t in run.engine.timers())  # the 2 s one may have fired
-    # No confirmer: declined too.
+    # No confirmer: not run, and the model is told nobody could be asked (not that the
+    # user said no).
+    from engine.tools.runner import NOT_ASKED
+
     run.engine.set_tool_confirmer(None)
-    run.ask("Set a reminder for the dentist.")
-    assert run.of(ToolCallFinished)[-1].error == "declined by the user"
+    refused = run.ask("Set a reminder for the dentist.")
+    assert run.of(ToolCallFinished)[-1].error == NOT_ASKED and "declined" not in refused.record.reply
+    assert "nobody could be asked" in refused.record.reply
 
 
 def test_an_interrupt_while_a_tool_runs_leaves_its_output_for_the_next_turn(make_engine, user_module, chat):
