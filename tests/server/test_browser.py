@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.support.browser import REQUIRE_ENV, Chromium, browser_required, find_chromium
+from tests.support.browser import Chromium
 from tests.support.paths import ROOT
 from tests.support.server import ServeProcess, free_port
 
@@ -37,17 +37,6 @@ TURNS = ROOT / "resources" / "audio" / "librispeech_four_turns.flac"
 # Where librispeech_four_turns.flac's first two turns lie (resources/audio/turns.json).
 FIRST, SECOND = (0.1, 2.9), (5.4, 8.8)
 
-
-@pytest.fixture(scope="module")
-def chromium_path() -> str:
-    found = find_chromium()
-    if found is None:
-        message = ("chromium is not installed (apt-get install chromium): the web page's "
-                   "browser tests need it")
-        if browser_required():
-            pytest.fail(f"{message}; {REQUIRE_ENV}=1 makes this a failure")
-        pytest.skip(message)
-    return found
 
 
 def _wav(path: Path, parts: list[tuple[float, float] | float]) -> Path:

@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.support.browser import REQUIRE_ENV, Chromium, browser_required, find_chromium
+from tests.support.browser import Chromium
 from tests.support.paths import ROOT
 from tests.support.server import ServeProcess, free_port, recv_json
 
@@ -22,17 +22,6 @@ pytestmark = pytest.mark.slow
 
 MIC = ROOT / "resources" / "audio" / "jfk.flac"
 
-
-@pytest.fixture(scope="module")
-def chromium_path() -> str:
-    found = find_chromium()
-    if found is None:
-        message = ("chromium is not installed (apt-get install chromium): the web page's "
-                   "browser tests need it")
-        if browser_required():
-            pytest.fail(f"{message}; {REQUIRE_ENV}=1 makes this a failure")
-        pytest.skip(message)
-    return found
 
 
 @pytest.fixture(scope="module")

@@ -23,12 +23,12 @@ import pytest
 from engine.bench.words import word_errors
 from tests.support.chat_server import ChatServer, message_text
 from tests.support.realtime_talk import Talk, transcript
-from tests.support.server import ServeProcess, free_port
+from tests.support.server import LOOPBACK, ServeProcess, free_port
 from tests.support.speech import Microphone, piper_voice, speak
 from tests.support.transcripts import normalize
 from tests.support.ws_tap import WsTap
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("loopback_without_proxy")]
 
 INSTRUCTIONS = "You are Juniper, the test assistant of Parley. Answer in one short sentence."
 FORECAST = "sunny and 23 degrees"
@@ -39,17 +39,6 @@ BARGE_Q = "Wait, tell me a joke instead."
 STORY = ("Once upon a time a small grey cat lived by the river, and every morning she watched "
          "the boats go by. One day a fisherman gave her a silver fish, and she followed him home. "
          "From then on the two of them sat together on the bank until the sun went down.")
-
-
-LOOPBACK = "127.0.0.1,localhost"
-
-
-@pytest.fixture(autouse=True)
-def _no_proxy_for_loopback(monkeypatch):
-    """Both frameworks connect with ``websockets``, which takes a proxy from the environment
-    and has no option to refuse one: loopback must bypass it."""
-    monkeypatch.setenv("NO_PROXY", LOOPBACK)
-    monkeypatch.setenv("no_proxy", LOOPBACK)
 
 
 @pytest.fixture(scope="module")

@@ -15,35 +15,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import time
-import urllib.request
 
 import pytest
 from websockets.asyncio.client import connect
 
 from tests.support.chat_server import ChatServer, message_text
 from tests.support.realtime_talk import transcript
-from tests.support.server import ServeProcess, free_port, recv_json
+from tests.support.server import LOOPBACK, ServeProcess, free_port, pool_when, recv_json
 from tests.support.ws_tap import WsTap
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("loopback_without_proxy")]
 
 INSTRUCTIONS = "You are Juniper, the test assistant of Parley. Answer in one short sentence."
 QUESTION = "Hello there, who are you?"
 QUIET_S = 1.5  # how long a waiting client is watched: nothing may reach it
-LOOPBACK = "127.0.0.1,localhost"
-
-
-@pytest.fixture(autouse=True)
-def _no_proxy_for_loopback(monkeypatch):
-    """The clients connect with ``websockets``, which takes a proxy from the environment
-    and has no option to refuse one: loopback must bypass it."""
-    monkeypatch.setenv("NO_PROXY", LOOPBACK)
-    monkeypatch.setenv("no_proxy", LOOPBACK)
-
-
 @pytest.fixture(scope="module")
 def chat():
     server = ChatServer()
@@ -71,21 +58,6 @@ def tap(served):
     relay.close()
 
 
-def get_pool(port: int) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/pool", timeout=10) as response:
-        return json.loads(response.read())
-
-
-async def pool_when(port: int, check, timeout: float = 30.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        pool = await asyncio.to_thread(get_pool, port)
-        if check(pool):
-            return pool
-        assert time.monotonic() < deadline, pool
-        await asyncio.sleep(0.1)
-
-
 def idle(pool: dict) -> bool:
     return pool["units"][0]["state"] == "free" and pool["queue"]["length"] == 0
 
@@ -107,7 +79,7 @@ class Holder:
         self._conn = None
 
     async def take(self) -> None:
-        await pool_when(self.port, idle)
+        await pool_when(self.port, idle, timeout=30.0)
         self._conn = await connect(f"ws://127.0.0.1:{self.port}/v1/realtime", proxy=None)
         assert (await recv_json(self._conn))["type"] == "session.created"
 
@@ -119,7 +91,7 @@ class Holder:
 async def waited_in_line(port: int, tap: WsTap) -> dict:
     """Once the framework's connection is in line, watch it for ``QUIET_S``: it must hear
     nothing. Returns the pool as it showed the line."""
-    pool = await pool_when(port, lambda p: p["queue"]["length"] == 1)
+    pool = await pool_when(port, lambda p: p["queue"]["length"] == 1, timeout=30.0)
     await asyncio.sleep(QUIET_S)
     assert tap.kinds("server") == [], "a waiting client got events before its session"
     return pool

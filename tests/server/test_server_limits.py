@@ -20,7 +20,7 @@ from websockets.exceptions import ConnectionClosed
 from engine.runtime.compute_gate import ComputeGate, set_compute_gate
 from engine.server.runner import ServerThread
 from engine.server.server_settings import ServerSettings
-from tests.support.server import append_event, recv_json
+from tests.support.server import append_event, recv_json, wait_free
 from tests.support.threads import HeldGate
 
 pytestmark = pytest.mark.slow
@@ -37,12 +37,6 @@ def limited(server_engine):
     yield server
     assert server.stop(20.0), "the server thread did not stop"
 
-
-def wait_free(server: ServerThread, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while any(u["state"] != "free" for u in server.pool_status()["units"]):
-        assert time.monotonic() < deadline, server.pool_status()
-        time.sleep(0.05)
 
 
 async def _until_closed(conn, keep_busy: str | None) -> tuple[list[dict], object, float]:

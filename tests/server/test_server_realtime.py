@@ -12,13 +12,13 @@ import json
 import os
 import re
 import time
-import urllib.request
 
 import numpy as np
 import pytest
 
 from engine.audio.decode import load_audio
-from tests.support.server import ServeProcess, free_port, pcm16_to_float, to_pcm16_24k
+from tests.support.server import (ServeProcess, free_port, get_pool, pcm16_to_float, pool_when,
+                                  to_pcm16_24k)
 from tests.support.transcripts import normalize
 from tests.support.tts import transcribe
 
@@ -42,22 +42,6 @@ def realtime(port: int):
     client = AsyncOpenAI(api_key="unused-on-loopback", base_url=f"http://127.0.0.1:{port}/v1",
                          websocket_base_url=f"ws://127.0.0.1:{port}/v1")
     return client.realtime.connect(model="parley", websocket_connection_options={"proxy": None})
-
-
-def get_pool(port: int) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/pool", timeout=10) as response:
-        return json.loads(response.read())
-
-
-async def pool_when(port: int, check, timeout: float = 15.0) -> dict:
-    """Poll ``GET /v1/pool`` until ``check(pool)``: units are released after a client left."""
-    deadline = time.monotonic() + timeout
-    while True:
-        pool = await asyncio.to_thread(get_pool, port)
-        if check(pool):
-            return pool
-        assert time.monotonic() < deadline, pool
-        await asyncio.sleep(0.1)
 
 
 def all_free(pool: dict) -> bool:

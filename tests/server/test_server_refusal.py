@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 import urllib.error
 import urllib.request
 
@@ -21,7 +20,7 @@ from engine.server.app import (RETRY_AFTER_DEFAULT_S, RETRY_AFTER_MAX_S, RETRY_A
                                SessionLengths)
 from engine.server.runner import ServerThread
 from engine.server.server_settings import ServerSettings
-from tests.support.server import recv_json
+from tests.support.server import recv_json, wait_free
 
 pytestmark = pytest.mark.slow
 ATTEMPTS = 8
@@ -34,12 +33,6 @@ def single(server_engine):
     yield server
     assert server.stop(20.0), "the server thread did not stop"
 
-
-def wait_free(server: ServerThread, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while any(u["state"] != "free" for u in server.pool_status()["units"]):
-        assert time.monotonic() < deadline, server.pool_status()
-        time.sleep(0.05)
 
 
 def ws(url: str):

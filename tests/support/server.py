@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import numpy as np
 
@@ -44,6 +45,36 @@ def text_item(text: str) -> dict:
     return {"type": "conversation.item.create",
             "item": {"type": "message", "role": "user",
                      "content": [{"type": "input_text", "text": text}]}}
+
+
+#: NO_PROXY for clients that take a proxy from the environment (``websockets``): loopback
+#: must bypass it (the ``loopback_without_proxy`` fixture of tests/server/conftest.py).
+LOOPBACK = "127.0.0.1,localhost"
+
+
+def get_pool(port: int) -> dict:
+    """``GET /v1/pool`` of the keyless server on ``port``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/pool", timeout=10) as response:
+        return json.loads(response.read())
+
+
+async def pool_when(port: int, check, timeout: float = 15.0) -> dict:
+    """Poll ``GET /v1/pool`` until ``check(pool)``: units are released after a client left."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pool = await asyncio.to_thread(get_pool, port)
+        if check(pool):
+            return pool
+        assert time.monotonic() < deadline, pool
+        await asyncio.sleep(0.1)
+
+
+def wait_free(server, timeout: float = 15.0) -> None:
+    """Wait until every unit of ``server`` (a ``ServerThread``) is free again."""
+    deadline = time.monotonic() + timeout
+    while any(u["state"] != "free" for u in server.pool_status()["units"]):
+        assert time.monotonic() < deadline, server.pool_status()
+        time.sleep(0.05)
 
 
 async def recv_json(ws, timeout: float = 30.0) -> dict:
