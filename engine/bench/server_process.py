@@ -1,7 +1,8 @@
 """A ``parley-cli serve`` child process for the benchmarks: started, sampled, stopped.
 
 ``engine.bench.serve`` measures servers started here; ``free_port`` and ``process_rss``
-are what it and the tests use to place and weigh them.
+are what it and the tests use to place and weigh them, ``server_figures`` what the soak
+through the server (``engine.bench.server_soak``) watches for leaks.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 
 from engine.bench.clients import BenchRunError
 
@@ -48,6 +50,35 @@ def process_rss(pid: int) -> int:
     return total
 
 
+@dataclass(frozen=True)
+class ServerFigures:
+    """A server process at one moment: the RSS of it and its children, and its own
+    threads and open file descriptors (handles on Windows)."""
+
+    rss: int
+    threads: int
+    fds: int
+
+    def as_dict(self) -> dict:
+        return {"rss_bytes": self.rss, "threads": self.threads, "fds": self.fds}
+
+
+def server_figures(pid: int) -> ServerFigures:
+    """``ServerFigures`` of ``pid`` now; a BenchRunError once it is gone."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        if hasattr(proc, "num_fds"):
+            fds = proc.num_fds()
+        else:  # Windows (psutil's type stubs are those of the platform they are read on)
+            fds = proc.num_handles()  # pyright: ignore[reportAttributeAccessIssue]
+        threads = proc.num_threads()
+    except psutil.NoSuchProcess:
+        raise BenchRunError(f"the server (pid {pid}) is gone") from None
+    return ServerFigures(process_rss(pid), threads, fds)
+
+
 class ServerProcess:
     """One ``parley-cli serve`` child: started, sampled, stopped.
 
@@ -67,6 +98,13 @@ class ServerProcess:
         self._tail: deque[str] = deque(maxlen=30)
         self._ready = threading.Event()
         self._reader: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int:
+        """The process id, once ``start`` ran."""
+        if self.proc is None:
+            raise BenchRunError(f"the server with {self.units} unit(s) was not started")
+        return self.proc.pid
 
     @property
     def pool_url(self) -> str:

@@ -17,6 +17,9 @@ turn was not answered; 2 for bad arguments.
 The soak's own settings (``SOAK_DEFAULTS``: short replies; no barge-in and no speculative
 turns, see there) apply unless the engine flags say otherwise.
 
+``--server`` soaks through a ``parley-cli serve`` process instead, with several clients,
+barge-ins and disconnects (``engine.bench.server_soak``).
+
 ``engine.cli`` dispatches ``bench soak`` here before its own parser runs and hands over
 ``add_config_flags`` (this module never imports the command line back). It also runs
 alone: ``python -m engine.bench.soak --turns 500`` (engine settings: ``--config FILE``).
@@ -423,6 +426,9 @@ def build_parser(add_config_flags: Callable[[argparse.ArgumentParser], None] | N
                        help="seconds a turn may take before it counts as not answered (default 120)")
     group.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     group.add_argument("-v", "--verbose", action="store_true", help="log details to stderr")
+    group.add_argument("--server", action="store_true",
+                       help="soak through a parley-cli serve process instead: several clients, "
+                            "barge-ins, disconnects (see `bench soak --server --help`)")
     if add_config_flags is not None:
         add_config_flags(parser)
     else:
@@ -452,7 +458,11 @@ def load_recordings(paths: list[str]) -> list[np.ndarray]:
 def main(argv: list[str], add_config_flags: Callable[[argparse.ArgumentParser], None] | None = None
          ) -> int:
     """``parley-cli bench soak ARGS``; returns the exit status (2: bad arguments, 1: a turn
-    was not answered, 0: every turn answered)."""
+    was not answered, 0: every turn answered). With ``--server``: ``engine.bench.server_soak``."""
+    if "--server" in argv:
+        from engine.bench.server_soak import main as server_soak
+
+        return server_soak(argv, add_config_flags)
     args = build_parser(add_config_flags).parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(name)s: %(message)s", stream=sys.stderr)

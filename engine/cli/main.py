@@ -65,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_flags(dev)  # a stage's base_url (--llm-base-url...) lists its server, probed
 
     bench = sub.add_parser("bench", help="per-stage and voice-to-voice latency, models preloaded "
-                                         "(`bench serve --help`: the realtime server; `bench turn-taking`: "
+                                         "(`bench serve --help`: the realtime server; `bench lost-turns`: "
+                                         "it stressed for lost turns; `bench turn-taking`: "
                                          "end-of-turn modes on real speech; `bench llm-runtimes`: "
                                          "CPU LLM runtimes side by side; "
                                          "`bench --quality --help`: STT word error rate and "
@@ -115,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
         from engine.bench.soak import main as bench_soak
 
         return bench_soak(argv[2:], add_config_flags)
+    if argv[:2] == ["bench", "lost-turns"]:  # the realtime server stressed for lost turns
+        from engine.bench.lost_turns import main as bench_lost_turns
+
+        return bench_lost_turns(argv[2:], add_config_flags)
     if argv[:2] == ["bench", "llm-runtimes"]:  # CPU LLM runtimes side by side
         from engine.bench.llm_runtimes import main as bench_llm_runtimes
 

@@ -104,6 +104,17 @@ class TurnControl:
                 return None
             return last[0]
 
+    def only_reply_cut(self, turn_id: int, generation: int) -> bool:
+        """True when work of ``turn_id`` made under ``generation`` is stale only because a
+        barge-in (or an interrupt) cut that turn's reply off: not because the turn was
+        reopened, cleared, failed or forgotten with the conversation. Its words are still
+        wanted: the user said them (``SttStage`` and ``LlmStage`` keep them)."""
+        with self._lock:
+            last = self._cancels.get(turn_id)
+            return (self.is_stale(turn_id, generation)
+                    and generation >= self._turn_floor.get(turn_id, 0)
+                    and last is not None and last[0] is CancelReason.BARGE_IN and last[1] > generation)
+
     def run_if_current(self, turn_id: int, generation: int, action: Callable[[], None]) -> bool:
         """Run ``action`` only if that work is still wanted, atomically with cancels."""
         with self._lock:

@@ -13,6 +13,7 @@ from engine.errors import describe_failure
 from engine.stages.chunker import ClauseChunker
 from engine.config import EndOfTurn
 from engine.pipeline.chat_history import ChatHistory, SummaryWork
+from engine.pipeline.control import CancelReason
 from engine.pipeline.events import EngineError, HistorySummarized, ReplyText, ToolCallsMade
 from engine.pipeline.messages import Message, ReplyRequest, TextChunk, Transcript
 from engine.pipeline.metrics import Figure, Mark
@@ -81,9 +82,24 @@ class LlmStage(Stage[LlmModel]):
             self._summary_failed = -1
             done.set()
 
+    def is_stale(self, msg: Message) -> bool:
+        """A spoken turn's words whose reply a barge-in cut off before it started are
+        still taken (``process`` keeps them in the history, and answers nothing)."""
+        if self._words_only(msg):
+            return False
+        return super().is_stale(msg)
+
+    def _words_only(self, msg: Message) -> bool:
+        return (isinstance(msg, Transcript) and msg.final and msg.request is None
+                and self.ctx.control.only_reply_cut(msg.turn_id, msg.generation))
+
     def process(self, msg: Message) -> Iterator[Message]:
         if not isinstance(msg, Transcript):
             yield msg
+            return
+        if self._words_only(msg):
+            if msg.text:
+                self.chat_history.keep_cut_off(msg.turn_id, msg.text, CancelReason.BARGE_IN)
             return
         request = msg.request or self.ctx.reply
         if not msg.text and msg.request is None:  # nothing was said: nothing to answer

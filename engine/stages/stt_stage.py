@@ -113,6 +113,19 @@ class SttStage(Stage[SttModel]):
         self._heard: HeardSoFar | None = None  # the newest final segment's words
         self._live_started = -math.inf  # when this unit's last live transcription started
 
+    def is_stale(self, msg: Message) -> bool:
+        """A committed turn's final segment is still transcribed once a barge-in cut its
+        reply off (the user spoke again before the transcript was out, as a busy CPU
+        makes likely): the words were said, so the client gets its transcript and the LLM
+        stage keeps them in the history; only the reply is dropped."""
+        if isinstance(msg, SpeechSegment | Transcript) and msg.final and self._words_wanted(msg):
+            return False
+        return super().is_stale(msg)
+
+    def _words_wanted(self, msg: SpeechSegment | Transcript) -> bool:
+        return (self.ctx.held.committed(msg.turn_id)
+                and self.ctx.control.only_reply_cut(msg.turn_id, msg.generation))
+
     def process(self, msg: Message) -> Iterator[Message]:
         if not isinstance(msg, SpeechSegment):
             yield msg
@@ -166,7 +179,13 @@ class SttStage(Stage[SttModel]):
             metrics.figure(unit, msg.turn_id, name, value, generation=msg.generation)
         metrics.set_transcript(unit, msg.turn_id, text, msg.generation)
         self._last_partial.pop(msg.turn_id, None)
-        self.ctx.held.emit(msg.turn_id, msg.generation, FinalTranscript(unit, msg.turn_id, text))
+        final_transcript = FinalTranscript(unit, msg.turn_id, text)
+        if self.ctx.held.committed(msg.turn_id):
+            # Nothing to hold. Current, or its words wanted (``is_stale`` above): a
+            # barge-in from now on must not drop them either.
+            self.ctx.events.emit(final_transcript)
+        else:
+            self.ctx.held.emit(msg.turn_id, msg.generation, final_transcript)
         yield Transcript(msg.turn_id, msg.generation, text, True, msg.t_speech_end,
                          other_readings=final.other_readings)
 
