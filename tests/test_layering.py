@@ -210,10 +210,10 @@ def test_only_the_command_line_imports_it_and_nothing_imports_its_entry_point(al
 ENGINE_TOP_LEVEL = {"__init__", "engine", "config", "config_diff", "errors", "recording", "report"}
 ENGINE_TOP_LEVEL_MAX = 12  # counting __init__.py
 ENGINE_LAYERS = {"pipeline", "stages", "runtime", "audio", "backends", "history", "server", "bench",
-                 "cli", "doctor", "tools"}
+                 "cli", "doctor", "tools", "mcp_server"}
 STREAMING_CORE = ("engine.pipeline", "engine.stages")
 BUILT_ON_THE_CORE = ("engine.bench", "engine.cli", "engine.doctor", "engine.server", "engine.history",
-                     "engine.tools")
+                     "engine.tools", "engine.mcp_server")
 
 
 def _within(dotted: str, packages: tuple[str, ...]) -> bool:

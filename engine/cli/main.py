@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_ask_parser(sub, add_config_flags)
     add_chat_parser(sub, add_config_flags)
+    from engine.cli.mcp import add_mcp_parser  # light: the MCP SDK loads only to serve
+
+    add_mcp_parser(sub, add_config_flags)
     from engine.cli.history import add_history_parser  # light: sqlite3 only
 
     add_history_parser(sub)
@@ -170,6 +173,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from engine.cli.chat import run_chat
 
         return run_chat(args, config_from_args(args))
+    if args.command == "mcp":
+        from engine.cli.mcp import run_mcp
+
+        return run_mcp(args, config_from_args(args))
     if args.command == "history":
         from engine.cli.history import run_history
 

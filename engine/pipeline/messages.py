@@ -53,7 +53,9 @@ class ReplyRequest:
     a text-only reply (no TTS); ``record`` False is an out-of-band reply, kept out of the
     chat history; ``context`` (when not None) is the conversation to answer instead of
     the history; ``tools`` are offered to the model unless ``tool_choice`` is "none";
-    ``max_new_tokens`` caps this reply instead of ``llm.max_new_tokens``.
+    ``max_new_tokens`` caps this reply instead of ``llm.max_new_tokens``; ``answer`` False
+    makes no reply at all: the turn's words are only heard (transcribed, and the turn
+    ends), as Parley's MCP ``listen`` wants them.
     """
 
     instructions: str | None = None
@@ -63,6 +65,7 @@ class ReplyRequest:
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: ToolChoice = "auto"
     max_new_tokens: int | None = None
+    answer: bool = True
 
 
 #: The unit's own settings, unchanged.

@@ -122,14 +122,16 @@ class PipelineUnit:
         self.llm.put(Transcript(turn, self.control.generation, text, True, now, request=request))
         return turn
 
-    def speak(self, text: str, turn: int | None = None) -> int:
+    def speak(self, text: str, turn: int | None = None, *, ends_turn: bool = False) -> int:
         """Words spoken without the LLM (a tool's acknowledgement, an apology) in ``turn``,
         before its reply (``say(..., turn=turn)``); None opens a new typed turn for them.
+        ``ends_turn``: the words are the turn's whole reply, and it finishes once they
+        were played (``TurnFinished``: Parley's MCP ``speak``).
         Speech or an interrupt cuts them off like any reply; they are not the model's, so
         neither the chat history nor the reply text holds them. Returns the turn."""
         if turn is None:
             turn = self._open_typed_turn("", time.perf_counter())
-        self.tts.put(TextChunk(turn, self.control.generation, text, False))
+        self.tts.put(TextChunk(turn, self.control.generation, text, ends_turn))
         return turn
 
     def _open_typed_turn(self, text: str, now: float) -> int:

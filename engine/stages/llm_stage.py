@@ -105,6 +105,9 @@ class LlmStage(Stage[LlmModel]):
         if not msg.text and msg.request is None:  # nothing was said: nothing to answer
             yield TextChunk(msg.turn_id, msg.generation, "", True, request.speak)
             return
+        if not request.answer:  # the words are only heard (Parley's MCP ``listen``)
+            yield TextChunk(msg.turn_id, msg.generation, "", True, False)
+            return
         unit, metrics, control = self.ctx.unit, self.ctx.metrics, self.ctx.control
         turn, gen = msg.turn_id, msg.generation
         self._last_turn = turn

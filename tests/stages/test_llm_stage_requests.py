@@ -112,3 +112,13 @@ def test_a_request_with_its_own_context_answers_that_instead_of_the_history():
     context = ({"role": "user", "content": "Only this."},)
     run(model, "", ReplyRequest(context=context, record=False), history)
     assert model.prompts[-1][0][1:] == [{"role": "user", "content": "Only this."}]
+
+
+def test_a_turn_that_wants_no_answer_ends_without_the_model():
+    # Parley's MCP `listen`: the words are heard (transcribed) and the turn ends, unanswered.
+    model = ScriptedLlm("This must not be said.")
+    out, events, history = run(model, "Ask not what your country can do for you.",
+                               ReplyRequest(answer=False))
+    assert model.prompts == []
+    assert out == [TextChunk(1, 0, "", True, False)]  # the turn's end, nothing to speak
+    assert [e for e in events if isinstance(e, ReplyText)] == [] and history.items() == ()
