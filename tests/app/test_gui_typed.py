@@ -396,7 +396,7 @@ def test_speech_cuts_a_typed_reply_off(qtbot, gui_settings, registry, one_two_th
 
 
 FAILING_TOOL = '''
-TOOLS = [{"name": "explode_now", "description": "Always fails."}]
+TOOLS = [{"name": "explode_now", "description": "Always fails.", "side_effects": False}]
 
 
 def explode_now():
