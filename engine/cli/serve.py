@@ -13,6 +13,9 @@ checked, and the certificate's SHA-256 fingerprint printed (with the CA file cli
 verify a self-signed one with), before any model loads; the URL is then ``wss://`` and
 the HTTP routes are ``https://``.
 
+``--mcp`` also serves Parley's MCP tools at ``/mcp`` (``engine.server.mcp_route``), each
+call on a unit of the pool with this machine's microphone and speaker.
+
 ``engine.cli`` builds the subcommand from ``add_serve_arguments`` and calls
 ``run_serve``; this module never imports the command line back.
 """
@@ -102,6 +105,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                        help="serve plain ws:// and http:// on a host other machines reach: "
                             "INSECURE, anyone on the network can read the API key, the audio "
                             "and the text, and use the key (prefer --tls-self-signed)")
+    group.add_argument("--mcp", action="store_true",
+                       help="also serve Parley's MCP tools (speak, listen, ask) at /mcp over "
+                            "streamable HTTP, on THIS machine's microphone and speaker (the "
+                            "audio devices of the engine settings); behind the same API key")
 
 
 def settings_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None
@@ -181,6 +188,31 @@ def _wait_for_signal() -> None:
             signal.signal(sig, old)
 
 
+def _require_mcp() -> None:
+    """MissingDependencyError (with the pip command) unless the MCP SDK is installed."""
+    import importlib.util
+
+    from engine.errors import MissingDependencyError
+
+    if importlib.util.find_spec("mcp") is None:
+        raise MissingDependencyError("parley-cli serve --mcp", "mcp", "mcp")
+
+
+def _machine_devices(config: EngineConfig):
+    """What ``--mcp``'s tool calls hear and speak on: this machine's microphone and
+    speaker, opened for each call (``engine.server.mcp_route.McpDevices``)."""
+    from engine.server.mcp_route import McpDevices
+
+    def devices() -> McpDevices:
+        from engine.audio.mic import MicSource
+        from engine.audio.speaker import SpeakerSink
+
+        return McpDevices(MicSource(config.audio.input_device, config.audio.capture_buffer_s),
+                          SpeakerSink(config.audio.output_device))
+
+    return devices
+
+
 def run_serve(args: argparse.Namespace, config: EngineConfig) -> int:
     """Serve until interrupted; returns the exit status."""
     settings = settings_from_args(args)
@@ -193,6 +225,8 @@ def run_serve(args: argparse.Namespace, config: EngineConfig) -> int:
               "(--insecure-plaintext): the API key, the audio and the text cross the network "
               "in clear", file=sys.stderr, flush=True)
     require_aiohttp()
+    if args.mcp:
+        _require_mcp()
     check_address(settings)
     from engine.server.tls import resolve_tls  # imports ssl: only when serving
 
@@ -202,9 +236,14 @@ def run_serve(args: argparse.Namespace, config: EngineConfig) -> int:
     engine = load_server_engine(server_config(config, args, settings.num_pipelines))
     from engine.server.runner import ServerThread  # imports aiohttp
 
-    server = ServerThread(engine, settings)
+    server = ServerThread(engine, settings, mcp_devices=_machine_devices(engine.config)
+                          if args.mcp else None)
     try:
         server.start()
+        if args.mcp:
+            mcp_url = settings.page_url(server.port) + "mcp"
+            print(f"MCP tools: {mcp_url} (speak, listen and ask on this machine's microphone "
+                  "and speaker)", file=sys.stderr, flush=True)
         # Before 'serving on', the line that says the server is ready.
         print(f"web page: {settings.page_url(server.port)} (open it in a browser to talk)",
               file=sys.stderr, flush=True)

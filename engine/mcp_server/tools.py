@@ -2,18 +2,20 @@
 
 ``speak`` says a text on this machine's speaker, ``listen`` returns what the user says
 next, ``ask`` does both (an agent's question to its user). They run on the ``Voice``'s
-one unit, one call at a time, each on a worker thread, so the event loop that serves the
-protocol never waits for the pipeline. A call the client cancels (or the server's end)
-is not waited for: its thread is told to stop (speech in progress is cut off). A bad
-argument or a failed stage is a tool error the agent reads (``ToolError``), never a crash
-of the server.
+one unit (``parley-cli mcp``), or on a ``Voice`` a ``VoiceLender`` lends for the call
+(a server's ``/mcp``: ``engine.server.mcp_route``), one call at a time, each on a worker
+thread, so the event loop that serves the protocol never waits for the pipeline. A call
+the client cancels (or the server's end) is not waited for: its thread is told to stop
+(speech in progress is cut off). A bad argument or a failed stage is a tool error the
+agent reads (``ToolError``), never a crash of the server.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -64,24 +66,37 @@ class AskResult(BaseModel):
     waited_s: float = Field(description="seconds waited for the answer after the question")
 
 
-def build_server(voice: Voice) -> MCPServer:
-    """An ``MCPServer`` named "parley" whose tools speak and listen through ``voice``."""
+class VoiceLender(Protocol):
+    """Lends a ``Voice`` for the length of one tool call; a ``ToolError`` says why not."""
+
+    def lend(self) -> AbstractAsyncContextManager[Voice]:
+        """The voice for one call, taken back when the call ends (or is cancelled)."""
+        ...
+
+
+def build_server(voices: Voice | VoiceLender) -> MCPServer:
+    """An ``MCPServer`` named "parley" whose tools speak and listen through ``voices``:
+    one ``Voice`` for every call, or the one a ``VoiceLender`` lends for each call."""
+    lend = _keep(voices) if isinstance(voices, Voice) else voices.lend
     server = MCPServer("parley", title="Parley", instructions=_INSTRUCTIONS,
                        description="Talk with the user by voice through Parley's pipeline")
     wait = (f"timeout_s: how long to wait for the user, in seconds ({LISTEN_MIN_S:g} to "
             f"{LISTEN_MAX_S:g}).")
 
     async def speak(text: str) -> SpeakResult:
-        spoken = await _in_thread(lambda stop: voice.speak(text, stop))
+        async with lend() as voice:
+            spoken = await _in_thread(lambda stop: voice.speak(text, stop))
         return _speak_result(spoken)
 
     async def listen(timeout_s: float = DEFAULT_LISTEN_S) -> ListenResult:
-        heard: Heard = await _in_thread(lambda stop: voice.listen(timeout_s, stop))
+        async with lend() as voice:
+            heard: Heard = await _in_thread(lambda stop: voice.listen(timeout_s, stop))
         return ListenResult(transcript=heard.transcript, timed_out=heard.timed_out,
                             waited_s=heard.waited_s, speech_s=heard.speech_s)
 
     async def ask(text: str, timeout_s: float = DEFAULT_LISTEN_S) -> AskResult:
-        spoken, heard = await _in_thread(lambda stop: voice.ask(text, timeout_s, stop))
+        async with lend() as voice:
+            spoken, heard = await _in_thread(lambda stop: voice.ask(text, timeout_s, stop))
         if spoken.error is not None:
             raise ToolError(f"the question could not be spoken: {spoken.error}")
         return AskResult(answer=heard.transcript, timed_out=heard.timed_out,
@@ -108,6 +123,16 @@ def build_server(voice: Voice) -> MCPServer:
                                     destructive_hint=False, idempotent_hint=False,
                                     open_world_hint=True))
     return server
+
+
+def _keep(voice: Voice) -> Callable[[], AbstractAsyncContextManager[Voice]]:
+    """``voice`` lent for every call and never taken back (its owner closes it)."""
+
+    @asynccontextmanager
+    async def lend() -> AsyncIterator[Voice]:
+        yield voice
+
+    return lend
 
 
 async def _in_thread(call: Callable[[threading.Event], T]) -> T:

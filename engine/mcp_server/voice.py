@@ -23,8 +23,9 @@ from engine.pipeline.events import (EngineError, Event, FinalTranscript, TurnCan
                                     TurnFinished)
 from engine.pipeline.messages import ReplyRequest
 from engine.pipeline.metrics import Figure, Mark
+from engine.pipeline.unit import PipelineUnit
 
-#: The unit's number among the engine's units (the server runs only this one).
+#: The unit's number among the engine's units (``parley-cli mcp`` runs only this one).
 UNIT = 0
 #: The longest a text may take to be spoken and played.
 SPEAK_TIMEOUT_S = 600.0
@@ -63,16 +64,33 @@ class Heard:
 class Voice:
     """Speaks and listens on one unit of ``engine`` (loaded, not started) with ``source``
     as the microphone and ``sink`` as the speaker. ``on_listen`` is called each time a
-    tool starts listening (a recording standing in for the microphone plays then)."""
+    tool starts listening (a recording standing in for the microphone plays then).
+    ``on_unit`` makes one on a unit that someone else started and stops (a server's pool)."""
 
     def __init__(self, engine: Engine, source: AudioSource, sink: AudioSink, *,
                  on_listen: Callable[[], None] | None = None) -> None:
+        self._attach(engine, engine.start_unit(source, sink, UNIT), UNIT, on_listen)
+        self._owns_unit = True
+
+    @classmethod
+    def on_unit(cls, engine: Engine, unit: PipelineUnit, number: int, *,
+                on_listen: Callable[[], None] | None = None) -> Voice:
+        """A voice on ``unit`` (started, numbered ``number`` in ``engine``), which its
+        owner stops: ``close`` ends the call in progress but leaves the unit running."""
+        voice = cls.__new__(cls)
+        voice._attach(engine, unit, number, on_listen)
+        voice._owns_unit = False
+        return voice
+
+    def _attach(self, engine: Engine, unit: PipelineUnit, number: int,
+                on_listen: Callable[[], None] | None) -> None:
         self.engine = engine
-        self._sink = sink
+        self._sink: AudioSink = unit.sink
         self._on_listen = on_listen
         self._busy = threading.Lock()
         self._closing = threading.Event()
-        self._unit = engine.start_unit(source, sink, UNIT)
+        self._unit = unit
+        self._number = number
         self._unit.set_reply_defaults(ReplyRequest(answer=False))
 
     def speak(self, text: str, stop: threading.Event | None = None) -> Spoken:
@@ -99,16 +117,17 @@ class Voice:
             return spoken, self._listen(timeout_s, events)
 
     def close(self) -> list[str]:
-        """End the call in progress, stop the unit (the sink writes its file); the names
-        of threads that did not end."""
+        """End the call in progress, stop the unit unless it was lent (``on_unit``; the
+        sink writes its file); the names of threads that did not end."""
         self._closing.set()
         with self._busy:  # the call in progress sees the closing within a quarter second
-            return self.engine.stop_unit(self._unit)
+            return self.engine.stop_unit(self._unit) if self._owns_unit else []
 
     def _events(self, stop: threading.Event | None) -> _Events:
         if self._closing.is_set():
             raise Stopped("Parley's MCP server is closing")
-        return _Events(self.engine, (self._closing, *(() if stop is None else (stop,))))
+        return _Events(self.engine, self._number,
+                       (self._closing, *(() if stop is None else (stop,))))
 
     def _speak(self, text: str, events: _Events) -> Spoken:
         turn = self._unit.speak(text, ends_turn=True)
@@ -117,15 +136,15 @@ class Voice:
             if isinstance(event, EngineError) and event.turn_id == turn:
                 return Spoken(False, 0.0, error=f"{event.stage}: {event.message}")
             if isinstance(event, TurnCancelled) and event.turn_id == turn:
-                return Spoken(False, _audio_s(self.engine, turn), interrupted=True)
+                return Spoken(False, _audio_s(self.engine, self._number, turn), interrupted=True)
             if isinstance(event, TurnFinished) and event.record.turn_id == turn:
                 # Queued on the speaker: heard once it played out (or a barge-in cut it).
                 while not self._sink.wait_idle(0.1) and time.monotonic() < deadline:
                     if events.stopped:
                         self._unit.interrupt()  # nobody waits for it any more: stop talking
                         raise Stopped("the call was cancelled while the text played")
-                record = self.engine.metrics.turn(UNIT, turn) or event.record
-                return Spoken(not record.cancelled, _audio_s(self.engine, turn),
+                record = self.engine.metrics.turn(self._number, turn) or event.record
+                return Spoken(not record.cancelled, _audio_s(self.engine, self._number, turn),
                               interrupted=record.cancelled)
         if events.stopped:
             self._unit.interrupt()  # nobody waits for it any more: stop talking
@@ -139,7 +158,7 @@ class Voice:
         deadline = started + timeout_s
         while (event := events.next(deadline)) is not None:
             if isinstance(event, FinalTranscript) and event.text.strip():
-                record = self.engine.metrics.turn(UNIT, event.turn_id)
+                record = self.engine.metrics.turn(self._number, event.turn_id)
                 speech_s = None
                 if record is not None and Mark.SPEECH_START in record.marks \
                         and Mark.SPEECH_END in record.marks:
@@ -152,11 +171,12 @@ class Voice:
 
 
 class _Events:
-    """The engine's events of this unit, queued from subscription to exit, until one of
-    the ``stops`` is set."""
+    """The engine's events of unit ``number``, queued from subscription to exit, until
+    one of the ``stops`` is set."""
 
-    def __init__(self, engine: Engine, stops: tuple[threading.Event, ...]) -> None:
+    def __init__(self, engine: Engine, number: int, stops: tuple[threading.Event, ...]) -> None:
         self._engine = engine
+        self._number = number
         self._stops = stops
         self._queue: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self._unsubscribe: Callable[[], None] | None = None
@@ -182,13 +202,13 @@ class _Events:
                 event = self._queue.get(timeout=min(left, 0.25))
             except queue.Empty:
                 continue
-            if event.unit == UNIT:
+            if event.unit == self._number:
                 return event
         return None
 
 
-def _audio_s(engine: Engine, turn: int) -> float:
-    record = engine.metrics.turn(UNIT, turn)
+def _audio_s(engine: Engine, unit: int, turn: int) -> float:
+    record = engine.metrics.turn(unit, turn)
     audio = None if record is None else record.value(Figure.TTS_AUDIO_S)
     return round(audio or 0.0, 2)
 

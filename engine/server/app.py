@@ -1,6 +1,7 @@
 """The aiohttp application: ``/v1/realtime`` (WebSocket), ``GET /v1/pool``, the OpenAI
-HTTP API on the same models (``engine.server.openai_routes``) and the web page at ``/``
-(``engine.server.page``).
+HTTP API on the same models (``engine.server.openai_routes``), the web page at ``/``
+(``engine.server.page``) and, when asked for, the MCP tools at ``/mcp``
+(``engine.server.mcp_route``).
 
 Before any route runs, a request is checked (``engine.server.request_guard``): its
 ``Host`` must be a name of this machine (or given with ``--allow-host``), a browser
@@ -58,6 +59,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
+from typing import TYPE_CHECKING
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
@@ -81,6 +83,9 @@ from engine.server.server_settings import ServerSettings
 from engine.server import wire
 from engine.server.stream_audio import StreamSink, StreamSource
 from engine.server.waiting_room import HeldEvents
+
+if TYPE_CHECKING:
+    from engine.server.mcp_route import McpDevices
 
 log = logging.getLogger("parley.server")
 
@@ -206,8 +211,11 @@ class RealtimeApp:
     """Builds the aiohttp application over one engine and its pool."""
 
     def __init__(self, engine: Engine, pool: UnitPool, settings: ServerSettings,
-                 executor: Executor) -> None:
+                 executor: Executor, mcp_devices: Callable[[], McpDevices] | None = None) -> None:
+        """``mcp_devices``: serve the MCP tools at ``/mcp`` on units with these devices
+        (``engine.server.mcp_route``); None: no ``/mcp``."""
         self.engine = engine
+        self.mcp_devices = mcp_devices
         self.pool = pool
         self.settings = settings
         self.executor = executor
@@ -231,6 +239,11 @@ class RealtimeApp:
         from engine.server.page import WebPage
 
         WebPage().register(app)
+        if self.mcp_devices is not None:  # imports the MCP SDK: only when it is served
+            from engine.server.mcp_route import McpRoute
+
+            McpRoute(self.engine, self.pool, self.admission, self.executor,
+                     self.mcp_devices).register(app)
         app.on_shutdown.append(self._on_shutdown)
         return app
 

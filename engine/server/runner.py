@@ -15,7 +15,9 @@ import asyncio
 import functools
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -27,17 +29,24 @@ from engine.server.server_settings import ServerSettings
 from engine.server.tls import TlsCertificate, resolve_tls, server_context
 from engine.server.waiting_room import WaitingRoom
 
+if TYPE_CHECKING:
+    from engine.server.mcp_route import McpDevices
+
 log = logging.getLogger("parley.server")
 
 SHUTDOWN_TIMEOUT_S = 5.0
 
 
 class RealtimeServer:
-    """The aiohttp server over ``engine``'s pool of units; ``start``/``stop`` on one loop."""
+    """The aiohttp server over ``engine``'s pool of units; ``start``/``stop`` on one loop.
+    ``mcp_devices``: also serve the MCP tools at ``/mcp``, each call on a unit of the pool
+    with the devices it makes (``engine.server.mcp_route``)."""
 
-    def __init__(self, engine: Engine, settings: ServerSettings, first_unit: int = 0) -> None:
+    def __init__(self, engine: Engine, settings: ServerSettings, first_unit: int = 0,
+                 mcp_devices: Callable[[], McpDevices] | None = None) -> None:
         self.engine = engine
         self.settings = settings
+        self.mcp_devices = mcp_devices
         self.pool = UnitPool(engine, settings.num_pipelines, first_unit,
                              waiting=WaitingRoom(settings.queue, settings.queue_timeout_s))
         # Unit starts and stops, typed messages and voice checks block: they run here,
@@ -57,7 +66,8 @@ class RealtimeServer:
         except ParleyError:
             self.executor.shutdown(wait=True)
             raise
-        app = RealtimeApp(self.engine, self.pool, self.settings, self.executor).build()
+        app = RealtimeApp(self.engine, self.pool, self.settings, self.executor,
+                          self.mcp_devices).build()
         runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT_S, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, self.settings.host, self.settings.port, ssl_context=ssl_context)
@@ -101,8 +111,9 @@ class RealtimeServer:
 class ServerThread:
     """A ``RealtimeServer`` on its own event loop in a background thread."""
 
-    def __init__(self, engine: Engine, settings: ServerSettings, first_unit: int = 0) -> None:
-        self.server = RealtimeServer(engine, settings, first_unit)
+    def __init__(self, engine: Engine, settings: ServerSettings, first_unit: int = 0,
+                 mcp_devices: Callable[[], McpDevices] | None = None) -> None:
+        self.server = RealtimeServer(engine, settings, first_unit, mcp_devices)
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
