@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError
+from engine.tools.mcp_config import mcp_servers_text
 
 _AUTO = "auto"
 
@@ -54,9 +55,10 @@ class BargeIn(enum.Enum):
 
 
 def _range(lo: float | None = None, hi: float | None = None, help: str = "",
-           runtime: bool = False) -> dict:
-    """Field metadata: bounds, help text, and whether changing it needs no model reload."""
-    return {"min": lo, "max": hi, "help": help, "runtime": runtime}
+           runtime: bool = False, parse: Any = None) -> dict:
+    """Field metadata: bounds, help text, whether changing it needs no model reload, and
+    for a structured setting kept as text, ``parse(dotted, raw) -> canonical text``."""
+    return {"min": lo, "max": hi, "help": help, "runtime": runtime, "parse": parse}
 
 
 @dataclass(frozen=True)
@@ -263,12 +265,17 @@ class ToolsConfig:
     user_module: str = field(default="", metadata=_range(
         help="your own tools: a Python file or module name with a TOOLS list", runtime=True))
     timeout_s: float = field(default=10.0, metadata=_range(
-        0.5, 300.0, "seconds one of your own tools may run; a call running longer is "
-                    "stopped and ends with an error (the built-in tools are bounded by design)",
+        0.5, 300.0, "seconds one of your own tools, or an MCP server's, may run; a call "
+                    "running longer is stopped and ends with an error (the built-in tools are "
+                    "bounded by design)",
         runtime=True))
     trusted: str = field(default="", metadata=_range(
         help="comma-separated tools with side effects that run without asking first",
         runtime=True))
+    mcp_servers: str = field(default="", metadata=_range(
+        help="MCP servers whose tools the assistant may call: [[tools.mcp_servers]] tables in "
+             "the config file (name, command/args/env/cwd or url/headers; secrets as "
+             "${VARIABLE}), or the same list as JSON", runtime=True, parse=mcp_servers_text))
 
 
 @dataclass(frozen=True)
@@ -442,6 +449,8 @@ def _replace_field(obj: Any, key: str, raw: Any, dotted: str) -> Any:
 def coerce(dotted: str, raw: Any, tp: type, meta: Any = None) -> Any:
     """Convert ``raw`` (a TOML value or a CLI/QSettings string) to ``tp`` and check it."""
     meta = meta or {}
+    if meta.get("parse") is not None:
+        return meta["parse"](dotted, raw)
     try:
         if isinstance(tp, type) and issubclass(tp, enum.Enum):
             if isinstance(raw, tp):

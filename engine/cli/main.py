@@ -97,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.cli.mcp import add_mcp_parser  # light: the MCP SDK loads only to serve
 
     add_mcp_parser(sub, add_config_flags)
+    from engine.cli.tools import add_tools_parser  # light: the tools load only to run
+
+    add_tools_parser(sub, add_config_flags)
     from engine.cli.history import add_history_parser  # light: sqlite3 only
 
     add_history_parser(sub)
@@ -177,6 +180,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from engine.cli.mcp import run_mcp
 
         return run_mcp(args, config_from_args(args))
+    if args.command == "tools":
+        from engine.cli.tools import run_tools
+
+        return run_tools(args, config_from_args(args))
     if args.command == "history":
         from engine.cli.history import run_history
 

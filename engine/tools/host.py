@@ -6,6 +6,8 @@ on, an LLM that can call them, a user module that loads; ``attach`` (at ``start`
 offers the tool specs on the units' replies (``set_reply_defaults``) and starts the tool
 worker thread and the timer clock; ``detach`` (at ``stop``) ends both. Units a realtime
 server starts (``Engine.start_unit``) are never attached: their client runs its own tools.
+The MCP servers of ``tools.mcp_servers`` (``engine/tools/mcp_client.py``) are connected
+at ``configure`` and add their tools; one that fails is reported and offers none.
 """
 
 from __future__ import annotations
@@ -19,11 +21,15 @@ from typing import TYPE_CHECKING
 
 from engine.backends.base import LlmModel, ToolSpec
 from engine.config import ToolsConfig
+from engine.errors import ConfigError
 from engine.pipeline.events import EngineError, Event, EventHub, TimerDue, ToolCallsMade
 from engine.pipeline.messages import PLAIN_REPLY, ReplyRequest
 from engine.tools.builtins import built_in_tools
-from engine.tools.registry import Tool, ToolInfo, ToolSupport, check_trusted
-from engine.tools.runner import Confirmer, ToolRunner, ToolSet
+from engine.tools.mcp_client import McpServers
+from engine.tools.mcp_config import parse_servers
+from engine.tools.mcp_naming import mcp_tools
+from engine.tools.registry import Tool, ToolInfo, ToolSupport, check_trusted, trusted_names
+from engine.tools.runner import Confirmer, ToolRunner, ToolSet, call_tool
 from engine.tools.timers import Timer, TimerBook, TimerClock, chime
 from engine.tools.user_module import ToolModuleError, module_label
 from engine.tools.worker import UserToolWorker
@@ -67,11 +73,13 @@ class ToolHost:
         self._runner = ToolRunner(events, next_turn_id, lambda: self._set, lambda: self._confirm)
         self._clock = TimerClock(self._book, self._fire)
         self._worker: UserToolWorker | None = None
+        self._mcp = McpServers(self._mcp_listed)
         events.subscribe(self._on_event)
 
     # ------------------------------------------------------------------ settings
-    def configure(self, config: ToolsConfig, llm: LlmModel) -> None:
-        """Decide what is offered under ``config`` with ``llm``; a ConfigError (nothing
+    def configure(self, config: ToolsConfig, llm: LlmModel | None) -> None:
+        """Decide what is offered under ``config`` with ``llm`` (None: no LLM, the tools
+        are only listed and called by hand: ``parley-cli tools``); a ConfigError (nothing
         changed) when ``tools.trusted`` names an unknown tool. A bad user module turns
         tools off with the fault as the reason, and is reported as an ``EngineError``."""
         tools: dict[str, Tool] = dict(self._built_ins)
@@ -86,14 +94,22 @@ class ToolHost:
                 tools[user.name] = Tool(ToolInfo(user.name, user.description, user.side_effects, source),
                                         ToolSpec(user.name, user.description, user.parameters))
         try:
-            trusted = check_trusted(config.trusted, tools) if fault is None else frozenset()
+            mcp_faults = self._mcp.configure(parse_servers(config.mcp_servers)) if fault is None else []
+            tools.update(mcp_tools(self._mcp, tools, lambda: self._set.timeout_s))
+            try:
+                trusted = check_trusted(config.trusted, tools) if fault is None else frozenset()
+            except ConfigError:
+                if not mcp_faults:
+                    raise
+                # The unknown name may be a tool of a server that could not start.
+                trusted = frozenset(trusted_names(config.trusted))
         except BaseException:
             if worker is not None and worker is not self._worker:
                 worker.close()
             raise
-        no_llm = llm.tool_support()
+        no_llm = "no LLM is loaded" if llm is None else llm.tool_support()
         # A remote LLM's server receives every tool result: stored conversations ask first.
-        remote = llm.actual_device == REMOTE
+        remote = llm is not None and llm.actual_device == REMOTE
         if fault is not None:
             support = ToolSupport(False, fault, _infos(self._built_ins), remote)
         elif not config.enabled:
@@ -114,6 +130,21 @@ class ToolHost:
             unit.set_reply_defaults(self.reply_defaults())
         if fault is not None:
             self._events.emit(EngineError(-1, "tools", fault))
+        for mcp_fault in mcp_faults:
+            self._events.emit(EngineError(-1, "tools", mcp_fault))
+
+    def _mcp_listed(self) -> None:
+        """A server listed its tools again (it said they changed, or it restarted): offer
+        the new list. On the MCP loop's thread; waits on nothing of that loop."""
+        with self._lock:
+            current = self._set
+            tools = {name: tool for name, tool in current.tools.items() if not tool.info.server}
+            tools.update(mcp_tools(self._mcp, tools, lambda: self._set.timeout_s))
+            self._set = replace(current, tools=tools)
+            self._support = replace(self._support, tools=_infos(tools))
+            units = list(self._units.values())
+        for unit in units:
+            unit.set_reply_defaults(self.reply_defaults())
 
     def _user_worker(self, spec: str) -> tuple[UserToolWorker | None, str | None]:
         """The worker of ``spec`` (the running one if ``spec`` is unchanged), or why not."""
@@ -128,6 +159,16 @@ class ToolHost:
         except ToolModuleError as exc:
             return None, str(exc)
         return worker, None
+
+    def call(self, name: str, arguments: str) -> str:
+        """Run tool ``name`` with ``arguments`` (JSON text) now, on this thread, without
+        asking: the caller is the user (``parley-cli tools call``). Raises ToolRaised or
+        ToolTimeout, or a ConfigError naming the tools when there is no such tool."""
+        tools = self._set
+        tool = tools.tools.get(name)
+        if tool is None:
+            raise ConfigError(f"there is no tool {name!r}; the tools are: {', '.join(sorted(tools.tools))}")
+        return call_tool(tool, arguments, tools)
 
     def reply_defaults(self) -> ReplyRequest:
         """The request a desktop unit's replies are made with: the tools, when offered."""
@@ -175,6 +216,7 @@ class ToolHost:
             worker = self._worker
         if worker is not None:
             worker.resume()
+        self._mcp.resume()
         for unit in units:
             unit.set_reply_defaults(self.reply_defaults())
         self._runner.start()
@@ -187,16 +229,18 @@ class ToolHost:
             worker = self._worker
         if worker is not None:
             worker.abort()  # a user tool in flight must not hold the stop up to its timeout
+        self._mcp.abort()  # nor an MCP server's call
         stuck = [] if self._runner.stop(timeout) else ["parley-tools"]
         return stuck + ([] if self._clock.stop(timeout) else ["parley-timers"])
 
     def close(self) -> None:
-        """Detach, and end the worker process."""
+        """Detach, end the worker process, and close the MCP servers."""
         self.detach()
         with self._lock:
             worker, self._worker = self._worker, None
         if worker is not None:
             worker.close()
+        self._mcp.close()
 
     def _on_event(self, event: Event) -> None:
         if isinstance(event, ToolCallsMade):

@@ -16,11 +16,14 @@ from engine.backends.base import ToolSpec
 from engine.errors import ConfigError
 
 BUILT_IN = "built-in"
+#: How an MCP server's tool names its source: "MCP server <name>".
+MCP_SOURCE = "MCP server "
 
 
 @dataclass(frozen=True, slots=True)
 class ToolInfo:
-    """One tool as the user sees it: ``source`` is "built-in" or the user module's name;
+    """One tool as the user sees it: ``source`` is "built-in", the user module's name, or
+    "MCP server <name>" (``server`` is then that name: the server that answers its calls);
     ``side_effects`` tools ask the confirmer first unless named in ``tools.trusted``.
     ``returns_history``: its result holds turns of the stored conversations, which a
     remote LLM's server receives, so it asks first too while the LLM is remote."""
@@ -30,6 +33,11 @@ class ToolInfo:
     side_effects: bool
     source: str
     returns_history: bool = False
+
+    @property
+    def server(self) -> str:
+        """The MCP server that runs this tool; empty for a built-in or a user tool."""
+        return self.source[len(MCP_SOURCE):] if self.source.startswith(MCP_SOURCE) else ""
 
 
 def asks_first(tool: ToolInfo, *, remote_llm: bool) -> bool:

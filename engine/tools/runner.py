@@ -46,6 +46,9 @@ NOT_ASKED = ("not run: it needs the user's permission and nobody could be asked 
 #: Replies in a row that may call tools again; the one after answers without tools.
 MAX_ROUNDS = 4
 #: A result longer than this is cut (the prompt and the history carry it every turn).
+#: The LLM backends do not report their context, so this is fixed: 8000 characters are
+#: about 2000 tokens, which leaves a small local model's context room for the prompt,
+#: the history and the reply. The model is told that the result was cut, and where.
 MAX_RESULT_CHARS = 8000
 
 Confirmer = Callable[[ToolCall, ToolInfo], bool]
@@ -144,7 +147,8 @@ class ToolRunner:
             if error is not None:
                 result = json.dumps({"error": error}, ensure_ascii=False)
             elif len(result) > MAX_RESULT_CHARS:
-                result = result[:MAX_RESULT_CHARS] + f" … (cut: {len(result)} characters in all)"
+                result = (result[:MAX_RESULT_CHARS] + f" … (cut: the result had {len(result)} "
+                          f"characters; only the first {MAX_RESULT_CHARS} are shown)")
             seconds = time.perf_counter() - start
             unit.chat_history.add(HistoryItem(ItemKind.FUNCTION_OUTPUT, result, event.turn_id,
                                               call_id=call.call_id))
@@ -191,14 +195,21 @@ class ToolRunner:
             return "not run: asking the user for permission failed"
 
     def _call(self, tool: Tool, call: ToolCall, tools: ToolSet) -> str:
-        if tool.run is None:
-            if tools.worker is None:
-                raise ToolRaised(f"the worker process for {call.name} is not running")
-            return tools.worker.call(call.name, call.arguments, tools.timeout_s)
-        try:
-            arguments = json.loads(call.arguments or "{}")
-        except ValueError:
-            raise ToolRaised(f"the arguments are not JSON: {call.arguments[:200]!r}") from None
-        if not isinstance(arguments, dict):
-            raise ToolRaised("the arguments must be a JSON object")
-        return result_text(tool.run(arguments))
+        return call_tool(tool, call.arguments, tools)
+
+
+def call_tool(tool: Tool, arguments: str, tools: ToolSet) -> str:
+    """Run ``tool`` with ``arguments`` (JSON text) on this thread; its result as text.
+    Raises ToolRaised (bad arguments, the tool failed) or ToolTimeout."""
+    name = tool.info.name
+    if tool.run is None:
+        if tools.worker is None:
+            raise ToolRaised(f"the worker process for {name} is not running")
+        return tools.worker.call(name, arguments, tools.timeout_s)
+    try:
+        values = json.loads(arguments or "{}")
+    except ValueError:
+        raise ToolRaised(f"the arguments are not JSON: {arguments[:200]!r}") from None
+    if not isinstance(values, dict):
+        raise ToolRaised("the arguments must be a JSON object")
+    return result_text(tool.run(values))

@@ -23,7 +23,7 @@ KEYS = [
     "turns.reopen_grace_ms", "turns.speculative", "turns.live_transcription",
     "turns.live_transcription_interval", "turns.barge_in", "turns.end_of_turn",
     "turns.end_of_turn_threshold", "turns.speculative_start_ms",
-    "tools.enabled", "tools.user_module", "tools.timeout_s", "tools.trusted",
+    "tools.enabled", "tools.user_module", "tools.timeout_s", "tools.trusted", "tools.mcp_servers",
     "history.enabled",
 ]
 
