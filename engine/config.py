@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError
-from engine.tools.mcp_config import mcp_servers_text
+from engine.config_mcp import mcp_servers_text
 
 _AUTO = "auto"
 

@@ -26,7 +26,7 @@ from engine.pipeline.events import EngineError, Event, EventHub, TimerDue, ToolC
 from engine.pipeline.messages import PLAIN_REPLY, ReplyRequest
 from engine.tools.builtins import built_in_tools
 from engine.tools.mcp_client import McpServers
-from engine.tools.mcp_config import parse_servers
+from engine.config_mcp import parse_servers
 from engine.tools.mcp_naming import mcp_tools
 from engine.tools.registry import Tool, ToolInfo, ToolSupport, check_trusted, trusted_names
 from engine.tools.runner import Confirmer, ToolRunner, ToolSet, call_tool

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import ConfigError
-from engine.tools.mcp_config import McpServerSpec, resolve
+from engine.config_mcp import McpServerSpec, resolve
 from engine.tools.worker import ToolRaised, ToolTimeout
 
 log = logging.getLogger("parley.tools.mcp")

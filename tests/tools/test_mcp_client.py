@@ -11,7 +11,7 @@ import time
 import pytest
 
 from engine.tools.mcp_client import McpServers, McpTool
-from engine.tools.mcp_config import parse_servers
+from engine.config_mcp import parse_servers
 from engine.tools.mcp_naming import mcp_tools, name_tools
 from engine.tools.worker import ToolRaised, ToolTimeout
 from tests.support.mcp_servers import HttpNotes, stdio_server

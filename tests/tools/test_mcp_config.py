@@ -9,7 +9,7 @@ import pytest
 
 from engine.config import EngineConfig, load_config
 from engine.errors import ConfigError
-from engine.tools.mcp_config import McpServerSpec, parse_servers, resolve
+from engine.config_mcp import McpServerSpec, parse_servers, resolve
 
 CONFIG = '''
 [tools]
