@@ -146,9 +146,8 @@ class ToolRunner:
                 failed = failed or error is not None
             if error is not None:
                 result = json.dumps({"error": error}, ensure_ascii=False)
-            elif len(result) > MAX_RESULT_CHARS:
-                result = (result[:MAX_RESULT_CHARS] + f" … (cut: the result had {len(result)} "
-                          f"characters; only the first {MAX_RESULT_CHARS} are shown)")
+            else:
+                result = cut_for_model(result)
             seconds = time.perf_counter() - start
             unit.chat_history.add(HistoryItem(ItemKind.FUNCTION_OUTPUT, result, event.turn_id,
                                               call_id=call.call_id))
@@ -196,6 +195,14 @@ class ToolRunner:
 
     def _call(self, tool: Tool, call: ToolCall, tools: ToolSet) -> str:
         return call_tool(tool, call.arguments, tools)
+
+
+def cut_for_model(result: str, limit: int = MAX_RESULT_CHARS) -> str:
+    """``result`` as the model gets it: at most ``limit`` characters, and a cut said."""
+    if len(result) <= limit:
+        return result
+    return (result[:limit] + f" … (cut: the result had {len(result)} characters; only the "
+            f"first {limit} are shown)")
 
 
 def call_tool(tool: Tool, arguments: str, tools: ToolSet) -> str:

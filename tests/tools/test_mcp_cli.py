@@ -44,3 +44,19 @@ def test_tools_call_runs_an_mcp_tool_and_a_failure_is_one_line(servers_flag, tmp
     missing = run_cli("tools", "list", *servers_flag, env={"PARLEY_DATA_DIR": str(tmp_path)}, timeout=120)
     assert missing.returncode == 0 and "read_note" not in missing.stdout
     assert "needs the environment variable NOTES_SECRET, which is not set" in missing.stderr
+
+
+
+def test_a_long_result_reaches_the_model_cut_with_the_cut_said(servers_flag, tmp_path):
+    from engine.tools.runner import MAX_RESULT_CHARS, cut_for_model
+
+    env = {"NOTES_SECRET": "x", "PARLEY_DATA_DIR": str(tmp_path)}
+    done = run_cli("tools", "call", "long_text", json.dumps({"characters": 3 * MAX_RESULT_CHARS}),
+                   *servers_flag, env=env, timeout=120)
+    whole = done.stdout.rstrip("\n")
+    assert done.returncode == 0 and len(whole) == 3 * MAX_RESULT_CHARS, done.stderr  # you asked: all of it
+    told = cut_for_model(whole)
+    assert told.startswith(whole[:MAX_RESULT_CHARS]) and len(told) < MAX_RESULT_CHARS + 100
+    assert told.endswith(f"(cut: the result had {3 * MAX_RESULT_CHARS} characters; only the first "
+                         f"{MAX_RESULT_CHARS} are shown)")
+    assert cut_for_model("short") == "short"
