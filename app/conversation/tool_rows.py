@@ -1,5 +1,6 @@
 """What the conversation shows besides the words: a row per tool call the assistant made
-(its name, arguments, result and time taken; a failed call in the error colour), and the
+(its name, the MCP server that answered it if one did, arguments, result and time taken;
+a failed call in the error colour), and the
 marker where the history the prompt carries as a summary ends, its summary shown on a
 click.
 
@@ -37,9 +38,11 @@ def json_text(text: str) -> str:
 
 
 class ToolCallRow(QLabel):
-    """One tool call: "running" from its start, then its result (or error) and time."""
+    """One tool call: "running" from its start, then its result (or error) and time.
+    ``server``: the MCP server that runs the tool (``ToolInfo.server``), empty for a
+    built-in or a user tool; the row names it ("read_note · notes (MCP)")."""
 
-    def __init__(self, call, parent: QWidget | None = None) -> None:
+    def __init__(self, call, parent: QWidget | None = None, *, server: str = "") -> None:
         super().__init__(parent)
         self.setObjectName("toolCallRow")
         self.setWordWrap(True)
@@ -47,6 +50,7 @@ class ToolCallRow(QLabel):
         self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
         self.call = call
+        self.server = server
         self.result: str | None = None  # None while it runs
         self.error: str | None = None
         self.seconds: float | None = None
@@ -62,9 +66,16 @@ class ToolCallRow(QLabel):
         self.result, self.error, self.seconds = result, error, seconds
         self.render()
 
+    @property
+    def label(self) -> str:
+        """The tool's name, and the MCP server that answered: "read_note · notes (MCP)"."""
+        return f"{self.call.name} · {self.server} (MCP)" if self.server else self.call.name
+
     def summary(self) -> str:
         """The row as plain text (tests, copying)."""
         head = f"{self.call.name}({json_text(self.call.arguments)})"
+        if self.server:
+            head = f"{self.label} ({json_text(self.call.arguments)})"
         if self.running:
             return f"{head} running…"
         outcome = f"error: {self.error}" if self.error is not None else f"-> {json_text(self.result or '')}"
@@ -74,7 +85,10 @@ class ToolCallRow(QLabel):
         """Draw the row in the current palette."""
         palette = theme.current()
         args = json_text(self.call.arguments)
-        head = (f"<span style='color:{palette.muted}'>Tool</span> <b>{html.escape(self.call.name)}</b>"
+        server = (f" <span style='color:{palette.muted}'>· {html.escape(self.server)} (MCP)</span>"
+                  if self.server else "")
+        name = html.escape(self.call.name)
+        head = (f"<span style='color:{palette.muted}'>Tool</span> <b>{name}</b>{server}"
                 f"<span style='color:{palette.muted}'>({html.escape(_short(args))})</span>")
         if self.running:
             text = f"{head} <i style='color:{palette.muted}'>running…</i>"

@@ -145,11 +145,12 @@ class TurnItem(QWidget):
         self.user_caption.setVisible(shown)
         self.user_bubble.setVisible(shown)
 
-    def add_tool_call(self, call) -> ToolCallRow:
-        """A row for the tool call ``call`` (a ToolCall), shown running until it finishes."""
+    def add_tool_call(self, call, server: str = "") -> ToolCallRow:
+        """A row for the tool call ``call`` (a ToolCall), shown running until it finishes;
+        ``server``: the MCP server that runs it, if one does."""
         row = self.tool_rows.get(call.call_id)
         if row is None:
-            row = self.tool_rows[call.call_id] = ToolCallRow(call)
+            row = self.tool_rows[call.call_id] = ToolCallRow(call, server=server)
             self._tools.addWidget(row)
         return row
 
@@ -274,6 +275,7 @@ class ConversationView(QScrollArea):
         self._dots = QTimer(self)
         self._dots.timeout.connect(self._step_thinking)
         self._step = 0
+        self._tool_servers: dict[str, str] = {}  # tool name -> the MCP server that runs it
         theme.notifier().changed.connect(self._restyle)
 
     # ------------------------------------------------------------------ event slots
@@ -310,13 +312,19 @@ class ConversationView(QScrollArea):
         if not item.reply and not item.cancelled:
             item.think_timer.start(self.thinking_delay_ms)
 
+    def set_tool_support(self, support) -> None:
+        """The engine's tools (an ``engine.tools.ToolSupport``, or None): a tool call's
+        row names the MCP server that runs its tool."""
+        self._tool_servers = {} if support is None else {t.name: t.server for t in support.tools if t.server}
+
     def on_tool_started(self, unit: int, turn_id: int, call) -> None:
         """The reply of ``turn_id`` runs the tool call ``call``."""
-        self._item(turn_id, user=False).add_tool_call(call)
+        self._item(turn_id, user=False).add_tool_call(call, self._tool_servers.get(call.name, ""))
 
     def on_tool_finished(self, unit: int, turn_id: int, call, result: str, error, seconds: float) -> None:
         """The tool call ``call`` ended (``error`` None: it worked)."""
-        self._item(turn_id).add_tool_call(call).finish(result, error, seconds)
+        self._item(turn_id).add_tool_call(call, self._tool_servers.get(call.name, "")).finish(
+            result, error, seconds)
 
     def on_summarized(self, unit: int, summary: str, through_turn: int) -> None:
         """The prompt now carries ``summary`` for every turn up to ``through_turn``: the

@@ -58,13 +58,18 @@ def install(window):
 
 
 def _follow_tool_support(window, panel) -> None:
-    """The Tools group shows what the loaded engine says of its tools, read on the
-    controller's lane (after the load or Apply that changed them), never on the GUI thread."""
+    """The Tools group (and the conversation's tool rows, which name an MCP tool's server)
+    follow what the loaded engine says of its tools, read on the controller's lane (after
+    the load or Apply that changed them), never on the GUI thread."""
     c = window.controller
+
+    def shown(support) -> None:
+        panel.set_tool_support(support)
+        window.conversation.set_tool_support(support)
 
     def read(_what=None) -> None:
         c.run_with_engine("reading the tools", lambda engine: engine.tool_support(),
-                          panel.set_tool_support, lambda failure: panel.show_message(str(failure), "error"))
+                          shown, lambda failure: panel.show_message(str(failure), "error"))
 
     c.engine_changed.connect(read)
     c.applied.connect(read)

@@ -12,7 +12,10 @@ settings are still kept, for the model that can.
 ``tools.enabled``, ``tools.user_module`` and ``tools.timeout_s`` are plain field editors
 (``app.settings.fields``), read and written with the Advanced fields; ``tools.trusted``
 is the list of tools whose "Ask before running" box is cleared, kept here (names of tools
-not listed now, a user module's not loaded yet, stay in it).
+not listed now, a user module's not loaded yet, stay in it). ``tools.mcp_servers`` is a
+field editor too, kept hidden: the MCP servers list (``app.settings.mcp_list``) shows and
+edits it, with each server's status and tools (an MCP tool that may change something has
+its "Ask before running" box like any other).
 """
 
 from __future__ import annotations
@@ -22,14 +25,16 @@ from PySide6.QtWidgets import (QCheckBox, QFileDialog, QFormLayout, QGridLayout,
                                QLabel, QLineEdit, QPushButton, QWidget)
 
 from app.settings.fields import make_editor
+from app.settings.mcp_list import McpServersList
 from engine.config import config_fields
 
 #: Laid out in this group, not under Advanced: the dotted keys and their labels.
 TOOLS_FIELDS = (("tools.enabled", "Offer tools"), ("tools.user_module", "Your tools"),
                 ("tools.timeout_s", "Time limit (s)"))
 TRUSTED = "tools.trusted"
+MCP_SERVERS = "tools.mcp_servers"
 #: Every key this group edits.
-TOOLS_KEYS = {d for d, _text in TOOLS_FIELDS} | {TRUSTED}
+TOOLS_KEYS = {d for d, _text in TOOLS_FIELDS} | {TRUSTED, MCP_SERVERS}
 NOT_LOADED = "The tools are listed once the models are loaded."
 
 
@@ -84,6 +89,17 @@ class ToolsGroup(QObject):
         row.addWidget(self.choose)
         form.addRow("Your tools", row)
         form.addRow("Time limit (s)", self.fields["tools.timeout_s"])
+        # The JSON text lives in a hidden editor: an Add or Remove is then a pending edit
+        # like any field's, read and written by the panel with the others.
+        servers = self.fields[MCP_SERVERS] = make_editor(MCP_SERVERS, *fields[MCP_SERVERS])
+        servers.setParent(self.box)
+        servers.hide()
+        mcp_title = QLabel("MCP servers")
+        mcp_title.setObjectName("formSection")
+        form.addRow(mcp_title)
+        assert isinstance(servers, QLineEdit)  # make_editor's editor of a str field
+        self.mcp = McpServersList(servers)
+        form.addRow(self.mcp)
         self.asks_title = QLabel("Ask before running")
         self.asks_title.setObjectName("formSection")
         form.addRow(self.asks_title)
@@ -111,6 +127,12 @@ class ToolsGroup(QObject):
         self._applied = applied
         self._show_asks()
         self._follow_support()
+        self._show_servers()
+
+    def _show_servers(self) -> None:
+        applied = self._applied
+        self.mcp.set_support(self.support, "" if applied is None else applied.mcp_servers,
+                             ",".join(self._trusted))
 
     @property
     def available(self) -> bool:
@@ -180,6 +202,7 @@ class ToolsGroup(QObject):
             box.blockSignals(True)
             box.setChecked(name not in self._trusted)
             box.blockSignals(False)
+        self._show_servers()
 
     def trusted(self) -> str:
         """``tools.trusted`` as the boxes say: a cleared box's tool is trusted; names

@@ -178,8 +178,9 @@ class ToolHost:
             return replace(PLAIN_REPLY, tools=tuple(t.spec for t in self._set.tools.values()))
 
     def support(self) -> ToolSupport:
-        """Whether tools are offered now (``Engine.tool_support``)."""
-        return self._support
+        """Whether tools are offered now (``Engine.tool_support``), with each MCP server's
+        status as it is now."""
+        return replace(self._support, servers=self._mcp.statuses())
 
     def set_confirmer(self, confirm: Confirmer | None) -> None:
         """Who is asked before an untrusted tool with side effects (or one that would send

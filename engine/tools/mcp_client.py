@@ -29,6 +29,7 @@ from typing import Any
 
 from engine.errors import ConfigError
 from engine.config_mcp import McpServerSpec, resolve
+from engine.tools.registry import FAILED, NOT_CONNECTED, UP, McpServerStatus
 from engine.tools.worker import ToolRaised, ToolTimeout
 
 log = logging.getLogger("parley.tools.mcp")
@@ -289,6 +290,8 @@ class McpServers:
     def __init__(self, on_change: Callable[[], None]) -> None:
         self._on_change = on_change
         self._connections: dict[str, _Connection] = {}
+        self._specs: tuple[McpServerSpec, ...] = ()  # the last configured, in config order
+        self._faults: dict[str, str] = {}  # why a server failed at the last configure
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._halted = threading.Event()
@@ -322,8 +325,25 @@ class McpServers:
                  for spec in specs
                  if spec.name not in self._connections or not self._connections[spec.name].alive]
         results = await asyncio.gather(*(c.open(CONNECT_TIMEOUT_S) for c in fresh), return_exceptions=True)
-        return [str(r) if isinstance(r, ConfigError) else f"MCP server {c.spec.name!r}: {_why(r)}"
-                for c, r in zip(fresh, results, strict=True) if isinstance(r, BaseException)]
+        faults = {c.spec.name: str(r) if isinstance(r, ConfigError) else
+                  f"MCP server {c.spec.name!r}: {_why(r)}"
+                  for c, r in zip(fresh, results, strict=True) if isinstance(r, BaseException)}
+        self._specs, self._faults = specs, faults  # a server kept running has no fault
+        return list(faults.values())
+
+    def statuses(self) -> tuple[McpServerStatus, ...]:
+        """Each server of the last ``configure``, in config order: up, failed (and why:
+        the fault ``configure`` reported), or not connected (closed after a failed call)."""
+        out: list[McpServerStatus] = []
+        for spec in self._specs:
+            connection, fault = self._connections.get(spec.name), self._faults.get(spec.name)
+            if connection is not None and connection.alive:
+                out.append(McpServerStatus(spec.name, UP))
+            elif fault is not None:
+                out.append(McpServerStatus(spec.name, FAILED, fault))
+            else:
+                out.append(McpServerStatus(spec.name, NOT_CONNECTED, "it starts again on the next call"))
+        return tuple(out)
 
     def listings(self) -> tuple[McpTool, ...]:
         """Every tool the servers listed last, server by server in config order."""

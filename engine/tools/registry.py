@@ -46,16 +46,42 @@ def asks_first(tool: ToolInfo, *, remote_llm: bool) -> bool:
     return tool.side_effects or (tool.returns_history and remote_llm)
 
 
+#: ``McpServerStatus.state``: connected, its tools listed.
+UP = "up"
+#: ``McpServerStatus.state``: it could not be started or listed (``reason`` says why).
+FAILED = "failed"
+#: ``McpServerStatus.state``: not connected now (never tried, or closed after a failed
+#: call: the next call starts it again).
+NOT_CONNECTED = "not connected"
+
+
+@dataclass(frozen=True, slots=True)
+class McpServerStatus:
+    """One server of ``tools.mcp_servers`` as the engine last saw it: ``state`` is
+    ``UP``, ``FAILED`` or ``NOT_CONNECTED``; ``reason`` says why it failed (or what
+    happens next); its tools are those of ``ToolSupport.tools`` whose ``server`` is ``name``."""
+
+    name: str
+    state: str
+    reason: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class ToolSupport:
     """Whether the engine offers tools now. ``reason`` is empty when ``available``, else
     why not and what would enable them; ``tools`` lists the tools known (offered or not);
-    ``remote_llm``: the LLM that reads the tools' results runs on a remote server."""
+    ``remote_llm``: the LLM that reads the tools' results runs on a remote server;
+    ``servers``: each MCP server of the applied ``tools.mcp_servers``, in config order."""
 
     available: bool
     reason: str
     tools: tuple[ToolInfo, ...] = ()
     remote_llm: bool = False
+    servers: tuple[McpServerStatus, ...] = ()
+
+    def server_tools(self, server: str) -> tuple[ToolInfo, ...]:
+        """The tools MCP server ``server`` offers (as named for the model)."""
+        return tuple(tool for tool in self.tools if tool.server == server)
 
     def asks_first(self, tool: ToolInfo) -> bool:
         """Whether ``tool`` asks before it runs with this LLM (unless trusted)."""
