@@ -168,6 +168,20 @@ class HttpNotes:
         end_process(self.process)
 
 
+def check_speak_and_ask(speak, asked) -> None:
+    """The results of Parley's own MCP tools ``speak`` (words played for over a second)
+    and ``ask`` (jfk.flac as the microphone: its words heard back), as a client gets them."""
+    from tests.support.transcripts import normalize
+
+    assert not speak.is_error, speak.content
+    assert speak.structured_content["played"] is True
+    assert speak.structured_content["duration_s"] > 1.0
+    assert not asked.is_error, asked.content
+    answer = asked.structured_content
+    assert answer["timed_out"] is False and answer["question_played"] is True
+    assert "ask not what your country can do for you" in normalize(answer["answer"]), answer
+
+
 def main(argv: list[str]) -> None:
     """``stdio`` or ``http PORT``."""
     global _WIRE
