@@ -18,7 +18,8 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +31,7 @@ STALL_S = 2.0  # an open device that delivers (or takes) nothing this long is re
 RETRY_S = 1.0  # how often a lost device is reopened
 RECOVERED_AFTER_S = 1.0  # valid audio this long ends an episode of invalid samples
 RELEASE_TIMEOUT_S = 1.0  # the longest a failed stream's release is waited for
+LIFECYCLE_WAIT_S = 5.0  # the longest a stream change waits for another to finish
 _KEEP_REPORTS = 32  # reports nobody collected: the oldest are dropped beyond this
 
 
@@ -139,27 +141,52 @@ class SampleGuard:
 # ---------------------------------------------------------------------- PortAudio streams
 class _Streams:
     """The PortAudio streams this process's devices hold, to know when re-scanning the
-    devices is safe (never while one is open, or one that PortAudio failed to release)."""
+    devices is safe (never while one is open, or one that PortAudio failed to release).
+
+    ``lock`` is held around every change of a stream's life (open and start, stop, abort
+    and close) and the device re-scan, so one happens at a time in the process: PortAudio's
+    JACK host API makes each of them wait on one condition variable shared by all streams,
+    with no check of what woke it, so a wake meant for one stream's stop can end another
+    stream's close early, which then frees a stream JACK's thread still runs (a segfault
+    seen in CI when a device closed while another opened)."""
 
     def __init__(self) -> None:
-        self.lock = threading.RLock()  # held while a device (re)opens or the scan refreshes
+        self.lock = threading.RLock()
+        self.count_lock = threading.Lock()  # for the counts: never held across PortAudio
         self.open = 0
         self.stuck = 0
 
     def can_refresh(self) -> bool:
         return self.open == 0 and self.stuck == 0
 
+    @contextmanager
+    def changing(self, what: str) -> Iterator[bool]:
+        """Hold ``lock`` while a stream of ``what`` changes; yields False (and logs) when
+        it could not be had within ``LIFECYCLE_WAIT_S``, which only a release PortAudio
+        never finished (a dead sound server) causes: the caller goes on unserialised rather
+        than hang the pipeline behind it."""
+        held = self.lock.acquire(timeout=LIFECYCLE_WAIT_S)
+        if not held:
+            log.warning("another PortAudio stream change has not finished in %g s (a stuck "
+                        "release); the %s stream changes without waiting for it",
+                        LIFECYCLE_WAIT_S, what)
+        try:
+            yield held
+        finally:
+            if held:
+                self.lock.release()
+
 
 STREAMS = _Streams()
 
 
 def stream_opened() -> None:
-    with STREAMS.lock:
+    with STREAMS.count_lock:
         STREAMS.open += 1
 
 
 def stream_closed() -> None:
-    with STREAMS.lock:
+    with STREAMS.count_lock:
         STREAMS.open = max(0, STREAMS.open - 1)
 
 
@@ -171,8 +198,9 @@ def release_stream(stream, what: str) -> bool:
 
     def release() -> None:
         try:
-            stream.abort()
-            stream.close()
+            with STREAMS.changing(what):
+                stream.abort()
+                stream.close()
         except Exception:  # a dead device's stream may refuse politely too (logged)
             log.info("releasing the lost %s stream failed", what, exc_info=True)
         finally:
@@ -183,7 +211,7 @@ def release_stream(stream, what: str) -> bool:
     if done.wait(RELEASE_TIMEOUT_S):
         thread.join()
         return True
-    with STREAMS.lock:
+    with STREAMS.count_lock:
         STREAMS.stuck += 1
     log.warning("PortAudio did not release the lost %s stream within %g s; sound devices are "
                 "not re-scanned in this process any more", what, RELEASE_TIMEOUT_S)

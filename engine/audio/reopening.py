@@ -118,7 +118,7 @@ class ReopeningDevice(Generic[S]):
         devices of its kind."""
         if self._open:
             return
-        with STREAMS.lock:
+        with STREAMS.changing(self.tag):
             stream = self._open_stream(None)
         with self._lock:
             self._stream, self._open, self._lost = stream, True, False
@@ -136,11 +136,12 @@ class ReopeningDevice(Generic[S]):
         if not was_open or stream is None or lost:
             return  # a lost stream was released when it was lost
         self._on_close(stream)
-        try:
-            stream.stream.stop()
-        finally:
-            stream.stream.close()
-            stream_closed()
+        with STREAMS.changing(self.tag):
+            try:
+                stream.stream.stop()
+            finally:
+                stream.stream.close()
+                stream_closed()
 
     def _open_stream(self, previous: S | None) -> S:
         """Open and start a stream on the device the setting names now."""
@@ -213,7 +214,7 @@ class ReopeningDevice(Generic[S]):
         """One attempt, on the reopener's thread: True once running again (or closed)."""
         if not self._open:
             return True
-        with STREAMS.lock:
+        with STREAMS.changing(self.tag):
             if STREAMS.can_refresh():  # no stream is open: a re-scan finds a replugged card
                 list_audio_devices(refresh=True)
             try:

@@ -60,6 +60,7 @@ class FakeStream:
         self.played: list[np.ndarray] = []
 
     def start(self) -> None:
+        self.sound.changing()
         if not self.sound.present[self.kind]:
             raise FakePortAudioError("Device unavailable [PaErrorCode -9985]")
         self.active = True
@@ -75,6 +76,7 @@ class FakeStream:
             assert not self._thread.is_alive(), "the fake stream's thread did not end"
 
     def stop(self) -> None:
+        self.sound.changing()
         self._halt()
         if self.finished_callback is not None:
             self.finished_callback()
@@ -84,6 +86,7 @@ class FakeStream:
         self.stop()
 
     def close(self) -> None:
+        self.sound.changing()
         self._halt()
         self.closed = True
 
@@ -136,6 +139,10 @@ class FakeSoundDevice:
         self.present = {"input": True, "output": True}
         self.streams: list[FakeStream] = []
         self.refreshes = 0
+        self.change_s = 0.0
+        self.overlapping_changes = 0
+        self._changes_now = 0
+        self._change_lock = threading.Lock()
         self._lock = threading.Lock()
         self._input = np.zeros(0, np.float32)  # what the microphone "hears" next
         self._loop_input: np.ndarray | None = None
@@ -189,7 +196,20 @@ class FakeSoundDevice:
     def OutputStream(self, **kwargs) -> FakeStream:  # noqa: N802 - sounddevice's name
         return self._stream("output", **kwargs)
 
+    def changing(self) -> None:
+        """A stream opens, starts, stops or closes: PortAudio waits for its audio thread
+        here (``change_s``); one that begins while another is in progress is counted in
+        ``overlapping_changes``, which PortAudio's JACK host API cannot take."""
+        with self._change_lock:
+            self._changes_now += 1
+            if self._changes_now > 1:
+                self.overlapping_changes += 1
+        time.sleep(self.change_s)
+        with self._change_lock:
+            self._changes_now -= 1
+
     def _stream(self, kind: str, **kwargs) -> FakeStream:
+        self.changing()
         if not self.present[kind]:
             raise FakePortAudioError("Error opening stream: Device unavailable [PaErrorCode -9985]")
         stream = FakeStream(self, kind, **kwargs)
