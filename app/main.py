@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from app.window.main_window import MainWindow
 
-    from app.core.window_state import restore_window_state
+    from app.window.window_state import restore_window_state
 
     window = MainWindow(config, settings, autoload=not args.no_load, notes=notes)
     restore_window_state(window, settings)  # geometry, splitter, tab of the last session

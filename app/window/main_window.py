@@ -36,7 +36,7 @@ from app.core.bridge import EventBridge
 from app.core.controller import TRANSITIONS, ControllerMode, ControllerState, EngineController
 from app.core.saved_settings import save_config
 from app.core.widgets import LevelMeter, set_available
-from app.core.window_state import save_window_state
+from app.window.window_state import save_window_state
 from app.window.accessibility import chain, name_unnamed
 from app.window.appearance import ThemeController
 from app.window.snapshot_feed import SnapshotFeed
@@ -117,7 +117,7 @@ class MainWindow(QMainWindow):
         self.chat = conversation.install(
             self, PreviewPlayer(speaker_factory(self.controller), self.banner.show_message, self))
         self.conversation = self.chat.view  # the transcript the Assistant tab clears
-        self.split = self.chat.split  # saved with the window (app.core.window_state)
+        self.split = self.chat.split  # saved with the window (app.window.window_state)
         self.talk_key = self.chat.talk_key
         history.install(self)
         self.performance = performance.install(self, beside=self.chat.add_beside)

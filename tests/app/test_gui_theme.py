@@ -112,7 +112,7 @@ def test_view_theme_menu_switches_saves_and_repaints(qtbot, gui_settings, monkey
 
 
 def test_window_state_is_restored(qtbot, gui_settings, monkeypatch):
-    from app.core.window_state import restore_window_state
+    from app.window.window_state import restore_window_state
 
     first = MainWindow(EngineConfig(), gui_settings, autoload=False)
     qtbot.addWidget(first)
@@ -151,7 +151,7 @@ def test_a_damaged_window_state_is_ignored(qtbot, gui_settings):
     gui_settings.setValue("ui/tab", "17")
     window = MainWindow(EngineConfig(), gui_settings, autoload=False)
     qtbot.addWidget(window)
-    from app.core.window_state import restore_window_state
+    from app.window.window_state import restore_window_state
 
     restore_window_state(window, gui_settings)
     assert window.tabs.currentIndex() == 0
