@@ -1,5 +1,5 @@
 # Parley: `make run` installs and starts the app; `make test` installs the test tools, runs
-# ruff, pyright (engine/, see [tool.pyright] in pyproject.toml), the workflow schema check
+# ruff, pyright (engine/ and app/, see [tool.pyright] in pyproject.toml), the workflow schema check
 # (.github/workflows/) and then every test. Both create .venv on first use. `make screenshots`
 # refreshes the PNGs in resources/screenshots (tests write theirs to a temporary folder).
 # Every install takes the versions in LOCK (`make lock` writes it); `make test-latest` runs the
@@ -14,7 +14,7 @@ CONSTRAINT_FLAG := $(addprefix -c ,$(LOCK) $(TORCH_CONSTRAINT))
 # Without a lock an existing venv is brought up to the newest versions, not left as it was.
 UPGRADE_FLAG := $(if $(LOCK),,--upgrade --upgrade-strategy eager)
 # The extras `make lock` resolves: every one the Makefile installs, and cuda.
-LOCK_EXTRAS := offline piper kokoro mlx gui server remote aec mcp dev package lab cuda
+LOCK_EXTRAS := offline piper kokoro ja mlx gui server remote aec mcp dev package lab cuda
 LOCK_ARGS ?=
 INPUT ?= resources/audio/jfk.flac
 PYTEST_ARGS ?=

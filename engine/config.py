@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import tomllib
 import typing
 from collections.abc import Mapping
@@ -29,6 +30,15 @@ class EndOfTurn(enum.Enum):
     LEARNED = "learned"  # after a short silence, an audio model and the LLM judge; grace caps it
     SILENCE = "silence"  # min_silence_ms of silence, then the reopen grace
     MANUAL = "manual"  # only an explicit commit (a Realtime client with turn_detection null)
+
+
+class TextSignal(enum.Enum):
+    """Which model gives the learned end of turn its text signal (``engine/stages/end_of_turn/``)."""
+
+    AUTO = "auto"  # the reply LLM where it gives one, else the bundled small model on the CPU
+    REPLY = "reply"  # the reply LLM only (none from mlx-lm or a remote server)
+    BUNDLED = "bundled"  # the bundled small model (SmolLM2-135M) on the CPU, whatever the reply LLM
+    OFF = "off"  # none: learned end of turn then never commits before the grace ends
 
 
 class EchoCancellation(enum.Enum):
@@ -98,6 +108,48 @@ class RemoteFields:
         metadata=_range(0, 5, "retries of a failed remote request (never after its first output)"))
 
 
+#: Whisper's language codes (faster-whisper's ``_LANGUAGE_CODES``, OpenAI Whisper's
+#: ``LANGUAGES``): what ``stt.language`` and ``stt.languages`` may name.
+WHISPER_LANGUAGES = (
+    "af am ar as az ba be bg bn bo br bs ca cs cy da de el en es et eu fa fi fo fr gl gu ha "
+    "haw he hi hr ht hu hy id is it ja jw ka kk km kn ko la lb ln lo lt lv mg mi mk ml mn mr "
+    "ms mt my ne nl nn no oc pa pl ps pt ro ru sa sd si sk sl sn so sq sr su sv sw ta te tg "
+    "th tk tl tr tt uk ur uz vi yi yo zh yue").split()
+#: ``stt.language``: detect the language of each turn.
+AUTO_LANGUAGE = "auto"
+
+
+def _language_text(dotted: str, raw: Any, *, allow_auto: bool) -> str:
+    """``raw`` as one Whisper language code (lower case), or ``auto`` where allowed (an
+    empty value, as older settings wrote it, is ``auto``)."""
+    if not isinstance(raw, str):
+        raise ConfigError(f"'{dotted}' must be a string; got {raw!r}")
+    code = raw.strip().lower()
+    if allow_auto and code in ("", AUTO_LANGUAGE):
+        return AUTO_LANGUAGE
+    if code not in WHISPER_LANGUAGES:
+        allowed = ("auto or " if allow_auto else "") + "a Whisper language code: "
+        raise ConfigError(f"'{dotted}' = {raw!r} is not a language Whisper knows; it must be "
+                          f"{allowed}{', '.join(WHISPER_LANGUAGES)}")
+    return code
+
+
+def _spoken_language_text(dotted: str, raw: Any) -> str:
+    """``stt.language``: a Whisper language code or auto."""
+    return _language_text(dotted, raw, allow_auto=True)
+
+
+def _languages_text(dotted: str, raw: Any) -> str:
+    """``raw`` (comma-separated codes, or a TOML list) as ``fr,de,es``; empty: any."""
+    if isinstance(raw, list | tuple):
+        raw = ",".join(str(item) for item in raw)
+    if not isinstance(raw, str):
+        raise ConfigError(f"'{dotted}' must be comma-separated language codes; got {raw!r}")
+    codes = [_language_text(dotted, part.strip(), allow_auto=False) for part in raw.split(",")
+             if part.strip()]
+    return ",".join(dict.fromkeys(codes))
+
+
 @dataclass(frozen=True)
 class _SttCore:
     """SttConfig's fields listed before its remote ones."""
@@ -107,7 +159,13 @@ class _SttCore:
     device: str = field(default=_AUTO, metadata=_range(help="device for STT"))
     dtype: str = field(default=_AUTO,
         metadata=_range(help="compute type (auto, float32, float16, int8)"))
-    language: str = field(default="en", metadata=_range(help="spoken language", runtime=True))
+    language: str = field(default="en", metadata=_range(
+        help="spoken language: a Whisper language code (en, fr, de...) or auto (detected per "
+             "turn, held across the conversation; needs a multilingual model, not a .en one)",
+        runtime=True, parse=_spoken_language_text))
+    languages: str = field(default="", metadata=_range(
+        help="language auto: the comma-separated languages it may detect (e.g. en,fr,de); "
+             "empty: any the model knows", runtime=True, parse=_languages_text))
     beam_size: int = field(default=1, metadata=_range(1, 10, "beam width", runtime=True))
     # fit with 10 s (tiny.en, 2 cores): STT ~3x faster than full on the spoken test set
     # and jfk, WER within 0.7 point of full's; 3-5 s windows gained little time and lost
@@ -132,10 +190,59 @@ class SttConfig(RemoteFields, _SttCore):
         metadata=_range(help="ask a remote server to stream the transcript (where it can)"))
 
     @property
+    def detects_language(self) -> bool:
+        """Whether each turn's language is detected (``language`` auto)."""
+        return self.language == AUTO_LANGUAGE
+
+    @property
+    def spoken_language(self) -> str | None:
+        """The language ``SttModel.transcribe`` is asked for: None (detect) with auto."""
+        return None if self.detects_language else self.language
+
+    @property
+    def allowed_languages(self) -> tuple[str, ...]:
+        """``languages`` as a tuple; empty: any language the model knows."""
+        return tuple(code for code in self.languages.split(",") if code)
+
+    @property
     def fit_window_s(self) -> float | None:
         """What ``SttModel.transcribe`` takes: the shortest window when ``window`` is fit,
         None (Whisper's 30 s) when it is full."""
         return self.min_window_s if self.window is SttWindow.FIT else None
+
+
+#: What a remote chat-completions request of Parley's always carries, set from other
+#: settings (``llm.extra_body`` may not name them).
+LLM_REQUEST_FIELDS = ("model", "messages", "stream", "stream_options", "max_tokens",
+                      "temperature", "tools", "tool_choice")
+
+
+def extra_body_text(dotted: str, raw: Any) -> str:
+    """The canonical JSON text of ``llm.extra_body`` (a TOML table or JSON object text;
+    empty: none), checked: string keys that are not fields Parley sets, JSON values."""
+    value = raw
+    if isinstance(raw, str):
+        if not raw.strip():
+            return ""
+        try:
+            value = json.loads(raw)
+        except ValueError as exc:
+            raise ConfigError(f"'{dotted}' must be a table of fields (JSON object text here); "
+                              f"{raw!r} is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(f"'{dotted}' must be a table of fields ([{dotted}] in the config "
+                          f"file, or a JSON object); got {value!r}")
+    for key in value:
+        if key in LLM_REQUEST_FIELDS:
+            raise ConfigError(f"'{dotted}' may not set {key!r}: Parley sets it (from "
+                              "llm.model, llm.max_new_tokens, llm.temperature, the tools...)")
+        if not isinstance(key, str) or not key.strip():
+            raise ConfigError(f"'{dotted}' has a field named {key!r}; names are non-empty text")
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False) if value else ""
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"'{dotted}' holds a value JSON cannot carry ({exc}); use text, "
+                          "numbers, booleans, arrays and tables") from None
 
 
 @dataclass(frozen=True)
@@ -159,10 +266,18 @@ class _LlmCore:
         metadata=_range(0, 100, "past turns kept in the prompt", runtime=True))
     temperature: float = field(default=0.0,
         metadata=_range(0.0, 2.0, "0 is greedy", runtime=True))
-    repetition_penalty: float = field(default=1.3,
-        metadata=_range(1.0, 3.0, "penalty on repeated tokens", runtime=True))
-    no_repeat_ngram_size: int = field(default=4,
-        metadata=_range(0, 20, "forbid repeating n-grams (0 off)", runtime=True))
+    # The anti-repetition defaults were tuned on the bundled SmolLM2-135M: a model that
+    # small loops without them. At their default values they are the model family's to
+    # decide (engine/backends/llm/family.py): the small model gets them, an instruct model
+    # its generation_config.json's (usually none). Any other value is the user's and wins.
+    repetition_penalty: float = field(default=1.3, metadata=_range(
+        1.0, 3.0, "penalty on repeated tokens; at the default, only models under 250M "
+                  "parameters get it (an instruct model: its generation_config.json's)",
+        runtime=True))
+    no_repeat_ngram_size: int = field(default=4, metadata=_range(
+        0, 20, "forbid repeating n-grams (0 off); at the default, only models under 250M "
+               "parameters get it (an instruct model: its generation_config.json's)",
+        runtime=True))
     summarize_history: bool = field(default=True, metadata=_range(
         help="summarise the turns the prompt no longer keeps (between turns, in the "
              "background), so a long conversation keeps its start", runtime=True))
@@ -171,6 +286,53 @@ class _LlmCore:
 @dataclass(frozen=True)
 class LlmConfig(RemoteFields, _LlmCore):
     """The language model that writes the replies."""
+
+    extra_body: str = field(default="", metadata=_range(
+        help="remote LLM: fields sent beyond the standard OpenAI chat-completions ones, as a "
+             "[llm.extra_body] table in the config file (or a JSON object), e.g. "
+             "repetition_penalty = 1.1 for a server that takes it", parse=extra_body_text))
+
+    def extra_fields(self) -> dict[str, Any]:
+        """``extra_body`` as a dict (empty when unset)."""
+        return json.loads(self.extra_body) if self.extra_body else {}
+
+
+
+#: ``tts.voices``: the voice of a language is picked from what is installed or downloadable.
+AUTO_VOICES = "auto"
+#: A ``tts.voices`` voice that keeps a language's replies as text.
+NO_VOICE = "none"
+
+
+def _voices_text(dotted: str, raw: Any) -> str:
+    """``tts.voices`` (``fr=VOICE, de=VOICE`` text, or a TOML table) as canonical text;
+    empty or ``auto``: ``auto`` (every language picks its voice)."""
+    if isinstance(raw, Mapping):
+        pairs = [(str(k), v) for k, v in raw.items()]
+    elif isinstance(raw, str):
+        if raw.strip().lower() in ("", AUTO_VOICES):
+            return AUTO_VOICES
+        pairs = []
+        for part in raw.split(","):
+            if not part.strip():
+                continue
+            language, equals, voice = part.partition("=")
+            if not equals:
+                raise ConfigError(f"'{dotted}': {part.strip()!r} is not LANGUAGE=VOICE; write "
+                                  "e.g. 'fr=ff_siwis, de=/voices/de_DE-thorsten-medium.onnx', "
+                                  "or auto")
+            pairs.append((language, voice))
+    else:
+        raise ConfigError(f"'{dotted}' must be LANGUAGE=VOICE pairs (a table in the config "
+                          f"file, 'fr=VOICE, de=VOICE' elsewhere) or auto; got {raw!r}")
+    voices: dict[str, str] = {}
+    for language, voice in pairs:
+        code = _language_text(dotted, language, allow_auto=False)
+        if not isinstance(voice, str) or not voice.strip() or "," in voice:
+            raise ConfigError(f"'{dotted}': the voice of {code!r} must be a voice name, a voice "
+                              f"file, auto or {NO_VOICE} (no comma); got {voice!r}")
+        voices[code] = voice.strip()
+    return ", ".join(f"{code}={voice}" for code, voice in voices.items()) or AUTO_VOICES
 
 
 @dataclass(frozen=True)
@@ -181,6 +343,11 @@ class _TtsCore:
     model: str = field(default=_AUTO, metadata=_range(help="voice model id, file, or auto"))
     device: str = field(default=_AUTO, metadata=_range(help="device for TTS"))
     voice: str = field(default=_AUTO, metadata=_range(help="speaker or voice name", runtime=True))
+    voices: str = field(default=AUTO_VOICES, metadata=_range(
+        help="a voice per reply language: 'fr=VOICE, de=VOICE' (a voice of the TTS model, for "
+             "Piper also a voice file or hub voice; none: that language is shown as text); "
+             "a language not listed (or auto) gets one of its language from what is "
+             "installed or downloadable", runtime=True, parse=_voices_text))
     speed: float = field(default=1.0, metadata=_range(0.25, 4.0, "speaking rate", runtime=True))
     first_clause_words: int = field(default=3, metadata=_range(0, 50,
         "the reply's first piece goes to TTS at the first break (comma, dash, 'but'...) after "
@@ -194,6 +361,13 @@ class TtsConfig(RemoteFields, _TtsCore):
 
     response_format: str = field(default="pcm",
         metadata=_range(help="audio a remote server sends: pcm (24 kHz 16-bit) or wav"))
+
+    @property
+    def voice_map(self) -> dict[str, str]:
+        """``voices`` as {language: voice}; empty with auto."""
+        if self.voices == AUTO_VOICES:
+            return {}
+        return dict(pair.split("=", 1) for pair in self.voices.split(", "))
 
 
 @dataclass(frozen=True)
@@ -253,6 +427,18 @@ class TurnConfig:
     speculative_start_ms: int = field(default=64, metadata=_range(0, 10000,
         "silence before the speculative STT/LLM start (at most vad.min_silence_ms; "
         "sound before the segment ends drops the work)", runtime=True))
+    # The text signal on a model of its own: mlx-lm and remote LLMs give none, and without
+    # it the learned decision never commits early (mlx-lm: 0 of 12 ends early, mean wait
+    # 1.25 s; README, "Turn-taking").
+    text_signal: TextSignal = field(default=TextSignal.AUTO, metadata=_range(
+        help="learned end of turn's text signal: auto (the reply LLM where it gives one, else "
+             "the bundled small model on the CPU), reply, bundled, or off", runtime=True))
+    # A remote LLM's requests are metered: each revision of a turn the user pauses in
+    # would send one (about four per spoken turn before this cap).
+    remote_speculation: int = field(default=1, metadata=_range(0, 100,
+        "speculative requests a remote LLM gets per turn before the turn is committed "
+        "(later revisions wait for the commit); local models speculate on every revision",
+        runtime=True))
 
 
 @dataclass(frozen=True)
@@ -295,6 +481,11 @@ class EngineConfig:
     device: str = field(default=_AUTO, metadata=_range(help="default device of every stage"))
     units: int = field(default=1, metadata=_range(
         1, 64, "pipeline units sharing the models (realtime mode: parley-cli serve)"))
+    # 0.8 s: the goal for the first reply audio after the user stops speaking (DESIGN.md,
+    # "Latency budget"); engine/runtime/stack_choice.py spends it.
+    voice_budget_s: float = field(default=0.8, metadata=_range(
+        0.1, 30.0, "voice-to-voice seconds on the median turn that auto sizes the models to "
+                   "(the largest ladder models predicted to answer within it)"))
     vad: VadConfig = field(default_factory=VadConfig)
     stt: SttConfig = field(default_factory=SttConfig)
     llm: LlmConfig = field(default_factory=LlmConfig)
