@@ -249,10 +249,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from PySide6.QtWidgets import QApplication
 
-    app = QApplication.instance()
-    if app is None:
+    from app.core.widgets import application
+
+    if QApplication.instance() is None:
         with _QtStartWatch():
-            app = QApplication(sys.argv[:1])
+            QApplication(sys.argv[:1])
+    app = application()
     app.setApplicationName("Parley")
     app.setOrganizationName("Parley")
     app.setApplicationDisplayName("Parley")
@@ -277,10 +279,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from app.window.main_window import MainWindow
 
-    from app.window.window_state import restore_window_state
-
     window = MainWindow(config, settings, autoload=not args.no_load, notes=notes)
-    restore_window_state(window, settings)  # geometry, splitter, tab of the last session
+    window.restore_state()  # geometry, splitter, tab of the last session
     window.show()
     status = app.exec()
     if window.shutdown_stuck:

@@ -123,6 +123,7 @@ def _config(path: str | None):
 def _run(config_path: str | None, summary: dict) -> list[str]:
     """The self-test proper; fills ``summary`` and returns the failed checks."""
     from engine.audio.decode import load_audio
+    from engine.pipeline.metrics import Mark
     from engine.runtime.hub import HubStatus
     from engine.recording import load_engine, run_recording
     from engine.report import turn_dict
@@ -164,7 +165,7 @@ def _run(config_path: str | None, summary: dict) -> list[str]:
     if not turns:
         return failed + [f"no turn was taken on {SAMPLE} (the VAD heard no speech)"]
     turn = turns[0]
-    first_audio = turn.marks.get("audio_out_first", turn.marks.get("tts_first_audio"))
+    first_audio = turn.marks.get(Mark.AUDIO_OUT_FIRST, turn.marks.get(Mark.TTS_FIRST_AUDIO))
     summary.update(
         transcript=turn.transcript, reply=turn.reply, timeline=turn.timeline(),
         turn={k: v for k, v in turn_dict(turn).items()

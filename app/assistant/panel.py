@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence
@@ -27,8 +28,13 @@ from app.assistant.jobs import list_voices, preview_voice
 from app.assistant.presets import PRESETS, save_user_presets, user_presets
 from app.assistant.voice_preview import PreviewPlayer, speaker_factory
 from app.core.saved_settings import save_config, set_ui_value, ui_value
+from app.core.window_api import WindowApi
 from engine.config import EngineConfig
 from engine.errors import ConfigError
+
+if TYPE_CHECKING:
+    from engine.audio.base import AudioSink
+    from engine.config_diff import ConfigDiff
 
 log = logging.getLogger("parley.app.assistant")
 
@@ -37,8 +43,10 @@ PREVIEW_TEXT_KEY = "assistant/preview_text"
 PREVIEW_TEXT = "Hello! This is how I sound when I answer you."
 APPLY_DELAY_MS = 400  # a voice or speed change applies once the user paused this long
 
+_W = TypeVar("_W", bound=QWidget)
 
-def _named(widget: QWidget, name: str, tip: str = "") -> QWidget:
+
+def _named(widget: _W, name: str, tip: str = "") -> _W:
     """An accessible name and a tab stop on every interactive widget."""
     widget.setAccessibleName(name)
     widget.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
@@ -54,7 +62,7 @@ class AssistantPanel(QWidget):
     conversation_cleared = Signal()  # New conversation was asked for
     _play_failed = Signal(str)  # from the preview thread
 
-    def __init__(self, controller, settings, sink_factory: Callable[[], object] | None = None,
+    def __init__(self, controller, settings, sink_factory: Callable[[], AudioSink] | None = None,
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("assistantPanel")
@@ -79,12 +87,12 @@ class AssistantPanel(QWidget):
             self.voice_note.setText("The voices are listed once the models are loaded.")
 
     @property
-    def sink_factory(self) -> Callable[[], object]:
+    def sink_factory(self) -> Callable[[], AudioSink]:
         """What the preview plays on (a new sink per preview)."""
         return self.player.sink_factory
 
     @sink_factory.setter
-    def sink_factory(self, factory: Callable[[], object]) -> None:
+    def sink_factory(self, factory: Callable[[], AudioSink]) -> None:
         self.player.sink_factory = factory
 
     # ------------------------------------------------------------------ layout
@@ -349,12 +357,12 @@ class AssistantPanel(QWidget):
         self.show_message("Applying…", "info")
         c.apply(config)
 
-    def _applied(self, _diff) -> None:
+    def _applied(self, diff: ConfigDiff) -> None:
         if self._saving:
             self._saving = False
             save_config(self.settings, self.controller.config)
             self.show_message("Applied; the conversation goes on.", "ok")
-        if "tts" in getattr(_diff, "reload_stages", ()):
+        if "tts" in diff.reload_stages:
             self.refresh_voices()  # a new voice model: its own voices
 
     def _apply_failed(self, failure) -> None:
@@ -389,16 +397,16 @@ class AssistantPanel(QWidget):
         super().hideEvent(event)
 
 
-def install(window) -> AssistantPanel:
+def install(window: WindowApi) -> AssistantPanel:
     """Add the Assistant tab and File > New conversation (Ctrl+N) to ``window``; once (a
     second call returns the first panel). What New conversation clears on screen is the
     window's to connect: ``conversation_cleared``."""
-    panel = window.findChild(AssistantPanel)
+    panel = window.widget.findChild(AssistantPanel)
     if panel is not None:
         return panel
     panel = AssistantPanel(window.controller, window.settings)
     window.add_tab("Assistant", panel)
-    action = QAction("New conversation", window, shortcut=QKeySequence("Ctrl+N"))
+    action = QAction("New conversation", window.widget, shortcut=QKeySequence("Ctrl+N"))
     action.setObjectName("newConversationAction")
     action.setToolTip(panel.new_button.toolTip())
     action.triggered.connect(panel.new_conversation)

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 from PySide6.QtCore import QObject
 
 from app.core.background import Command, JobKind, LatestLane, Outcome, Task
+
+if TYPE_CHECKING:
+    from engine.audio.base import AudioSink
 
 log = logging.getLogger("parley.app.preview")
 
@@ -27,7 +31,7 @@ class _Playback(Command):
 
     what = JobKind.PLAY
 
-    def __init__(self, sink_factory: Callable[[], object], audio: np.ndarray, rate: int,
+    def __init__(self, sink_factory: Callable[[], AudioSink], audio: np.ndarray, rate: int,
                  failed: Callable[[str], None]) -> None:
         self.sink_factory, self.audio, self.rate, self.failed = sink_factory, audio, rate, failed
 
@@ -59,7 +63,7 @@ class PreviewPlayer:
     heard, close. A new preview cuts off the one playing; ``stop`` joins. ``failed(text)``
     is called on the GUI thread when a sound could not play."""
 
-    def __init__(self, sink_factory: Callable[[], object], failed: Callable[[str], None],
+    def __init__(self, sink_factory: Callable[[], AudioSink], failed: Callable[[str], None],
                  parent: QObject | None = None) -> None:
         self.sink_factory = sink_factory
         self._failed = failed
@@ -80,9 +84,9 @@ class PreviewPlayer:
         return self._lane.join(timeout)
 
 
-def speaker_factory(controller) -> Callable[[], object]:
+def speaker_factory(controller) -> Callable[[], AudioSink]:
     """New SpeakerSinks on the speaker the controller's applied config names."""
-    def make():
+    def make() -> AudioSink:
         from engine.audio.speaker import SpeakerSink
 
         return SpeakerSink(controller.config.audio.output_device)

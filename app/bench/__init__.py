@@ -1,7 +1,15 @@
 """The Benchmark tab: device layouts compared."""
 
+from __future__ import annotations
 
-def install(window):
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.bench.panel import BenchPanel
+    from app.core.window_api import WindowApi
+
+
+def install(window: WindowApi) -> BenchPanel:
     """Add the Benchmark tab to ``window``: layouts compared on engines (and models) of
     its own, never while the desktop's models load; "Use this layout" applies the
     fastest layout's devices as the Settings tab's Apply does. Returns the ``BenchPanel``."""
@@ -11,7 +19,7 @@ def install(window):
     from engine.errors import ParleyError
 
     c = window.controller
-    bench = BenchController(lambda: c.config, window,
+    bench = BenchController(lambda: c.config, window.widget,
                             blocked=lambda: "the models are loading" if c.busy else None)
     panel = BenchPanel(bench, lambda: c.config)
     window.add_tab("Benchmark", panel)

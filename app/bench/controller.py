@@ -11,9 +11,9 @@ to stop before its next load or run; the job then closes what it loaded and ends
 
 from __future__ import annotations
 
+import argparse
 import threading
 from collections.abc import Callable
-from types import SimpleNamespace
 
 from PySide6.QtCore import QObject, Signal
 
@@ -80,7 +80,7 @@ class BenchController(QObject):
             for layout in resolved:
                 require_one_unit(layout.config)
             audios = [load_audio(path) for path in inputs]
-            args = SimpleNamespace(runs=runs, inputs=list(inputs), weights="pretrained")
+            args = argparse.Namespace(runs=runs, inputs=list(inputs), weights="pretrained")
 
             def should_stop() -> bool:  # on the lane's thread, before each load and run
                 if stop.is_set():

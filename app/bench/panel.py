@@ -18,12 +18,12 @@ from pathlib import Path
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QComboBox, QFileDialog, QGridLayout, QGroupBox, QHBoxLayout, QLabel,
-                               QPushButton, QSpinBox, QVBoxLayout, QWidget)
+                               QPushButton, QSpinBox, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from app.bench.controller import CANCELLED, BenchController
 from app.core import theme
 from app.core.compute_devices import add_device_items
-from app.core.plots import SEGMENT_COLORS, style_plot
+from app.core.plots import SEGMENT_COLORS, style_plot, view_box
 from app.core.resources import resource_path
 from app.core.widgets import data_table, set_row
 from engine.backends import BackendRegistry
@@ -158,8 +158,9 @@ class BenchPanel(QWidget):
         self.use_button.setAccessibleName("Use the fastest layout")
         self.use_button.setEnabled(False)
         self.use_button.clicked.connect(self._use)
-        self.table.horizontalHeaderItem(1).setToolTip("voice-to-voice: end of speech to the "
-                                                      "first reply audio")
+        v2v_header = QTableWidgetItem(RESULT_COLUMNS[1])
+        v2v_header.setToolTip("voice-to-voice: end of speech to the first reply audio")
+        self.table.setHorizontalHeaderItem(1, v2v_header)
         left.addWidget(self.table, 1)
         left.addWidget(self.use_button, 0, Qt.AlignmentFlag.AlignLeft)
         self.chart = pg.PlotWidget()
@@ -170,7 +171,7 @@ class BenchPanel(QWidget):
         self.chart.setLabel("left", "ms after the end of speech (p50)")
         self.chart.showGrid(y=True, alpha=0.3)
         self.chart.setMouseEnabled(False, False)
-        self.chart.addLegend(offset=(10, 5), colCount=2)
+        self.legend = self.chart.addLegend(offset=(10, 5), colCount=2)
         self.bars: list[pg.BarGraphItem] = []
         results.addLayout(left, 1)
         results.addWidget(self.chart, 1)
@@ -214,7 +215,7 @@ class BenchPanel(QWidget):
 
     def _kinds(self, stage: str) -> tuple[set[str] | None, str]:
         config = self._config() if self._config else None
-        name = getattr(config, stage).backend if config is not None else AUTO
+        name = config.stage_config(stage).backend if config is not None else AUTO
         try:
             if name and name != AUTO:
                 spec = self.backends.get(stage, name)
@@ -316,8 +317,8 @@ class BenchPanel(QWidget):
         rows = doc["layouts"]
         self.table.setRowCount(len(rows))
         v2v = Figure.VOICE_TO_VOICE_S
-        timed = [r for r in rows if _p50(r, v2v) is not None]
-        self.best = min(timed, key=lambda r: _p50(r, v2v)) if timed else None
+        timed = [(p50, r) for r in rows if (p50 := _p50(r, v2v)) is not None]
+        self.best = min(timed, key=lambda timed_row: timed_row[0])[1] if timed else None
         for i, r in enumerate(rows):
             ratio = r["vs_first"]["ratio"]
             name = r["layout"] + ("  ★ fastest" if r is self.best else "")
@@ -337,9 +338,7 @@ class BenchPanel(QWidget):
         for item in self.bars:
             self.chart.removeItem(item)
         self.bars = []
-        legend = self.chart.plotItem.legend
-        if legend is not None:
-            legend.clear()
+        self.legend.clear()
 
     def _draw(self, rows: list[dict]) -> None:
         self._clear_chart()
@@ -355,12 +354,12 @@ class BenchPanel(QWidget):
             bar = pg.BarGraphItem(x=xs, y0=bottoms, height=heights, width=0.6,
                                   brush=theme.resolve(SEGMENT_COLORS[segment]), pen=None)
             self.chart.addItem(bar)
-            self.chart.plotItem.legend.addItem(bar, segment.label)
+            self.legend.addItem(bar, segment.label)
             self.bars.append(bar)
             bottoms = [b + h for b, h in zip(bottoms, heights)]
         self.chart.getAxis("bottom").setTicks([[(x, r["layout"]) for x, r in zip(xs, rows)]])
-        self.chart.setXRange(-0.6, len(rows) - 0.4)
-        self.chart.setYRange(0, max(bottoms + [1.0]) * 1.5)  # room for the legend
+        view_box(self.chart).setXRange(-0.6, len(rows) - 0.4)
+        view_box(self.chart).setYRange(0, max(bottoms + [1.0]) * 1.5)  # room for the legend
 
     def _use(self) -> None:
         if self.best is None:

@@ -19,6 +19,7 @@ import importlib.util
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Qt, Signal
@@ -49,7 +50,7 @@ class Support:
     reason: str
 
 
-def hotkey_support(env: dict | None = None, platform: str | None = None,
+def hotkey_support(env: Mapping[str, str] | None = None, platform: str | None = None,
                    has_pynput: bool | None = None) -> Support:
     """Decide from the environment and platform (defaults: this process's) whether a global
     talk key can work; pure, so the tests can try each platform."""

@@ -14,9 +14,15 @@ is cut off first); a new engine's recorder is told too.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton
+
+if TYPE_CHECKING:
+    from app.core.window_api import WindowApi
 
 PRIVATE_KEY = "Ctrl+Shift+N"
 PRIVATE_TEXT = ("Private conversation: nothing of it is stored in the history. End it to "
@@ -30,11 +36,11 @@ class PrivateConversation:
     ``action`` (checkable, in the File menu), ``strip`` (placed above the turns by the
     tab), ``active`` (a private conversation is on)."""
 
-    def __init__(self, window, place) -> None:
+    def __init__(self, window: WindowApi, place: Callable[[QFrame], object]) -> None:
         """``place(strip)`` puts the strip above the turns."""
         self._controller = c = window.controller
         self.active = False
-        self.action = QAction("Private conversation", window)
+        self.action = QAction("Private conversation", window.widget)
         self.action.setObjectName("privateConversationAction")
         self.action.setCheckable(True)
         self.action.setShortcut(QKeySequence(PRIVATE_KEY))

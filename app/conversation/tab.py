@@ -14,15 +14,16 @@ from app.conversation.composer import Composer
 from app.conversation.private import PrivateConversation
 from app.conversation.stop_talking import StopTalkingButton
 from app.conversation.talk_key import TalkKey
-from app.conversation.thinking_sound import ThinkingSound
+from app.conversation.thinking_sound import ChimePlayer, ThinkingSound
 from app.conversation.view import ConversationView
 from app.core.controller import ControllerMode
+from app.core.window_api import WindowApi
 
 
 class ConversationTab:
     """The conversation feature of ``window``; ``player`` plays the thinking chime."""
 
-    def __init__(self, window, player) -> None:
+    def __init__(self, window: WindowApi, player: ChimePlayer) -> None:
         controller, bridge = window.controller, window.bridge
         self.view = view = ConversationView()
         self.composer = Composer(window.settings)
@@ -64,7 +65,7 @@ class ConversationTab:
         controller.engine_changed.connect(self._new_engine)
         # New conversation: events of the cut-off reply may arrive after the first clear.
         controller.conversation_reset.connect(view.clear)
-        clear = QAction("Clear conversation", window)
+        clear = QAction("Clear conversation", window.widget)
         clear.triggered.connect(view.clear)
         window.add_file_action(clear)
         self.talk_key = TalkKey(window)

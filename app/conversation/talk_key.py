@@ -9,12 +9,18 @@ platform allows, ``GlobalPushToTalk`` watches the same key in other applications
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import QEvent, QObject, Signal
-from PySide6.QtGui import QKeySequence
+from PySide6.QtGui import QKeyEvent, QKeySequence
 from PySide6.QtWidgets import QApplication, QCheckBox, QLineEdit, QPlainTextEdit, QPushButton
 
 from app.conversation.global_hotkey import GlobalPushToTalk
 from app.core.saved_settings import set_ui_value, ui_value
+from app.core.widgets import application
+
+if TYPE_CHECKING:
+    from app.core.window_api import WindowApi
 
 
 class TalkKey(QObject):
@@ -22,9 +28,9 @@ class TalkKey(QObject):
 
     key_changed = Signal(str)  # the talk key's Qt name ("Space", "F8", …)
 
-    def __init__(self, window) -> None:
-        super().__init__(window)
-        self.window = window
+    def __init__(self, window: WindowApi) -> None:
+        super().__init__(window.widget)
+        self.window = window.widget  # whose focus and deactivation the key filter watches
         self.controller = window.controller
         self.settings = window.settings
         self.key: str = ui_value(self.settings, "ptt_key", "Space")
@@ -62,7 +68,7 @@ class TalkKey(QObject):
 
     def _toggled(self, enabled: bool) -> None:
         if enabled != self._filtering:
-            app = QApplication.instance()
+            app = application()
             (app.installEventFilter if enabled else app.removeEventFilter)(self)
             self._filtering = enabled
         self.controller.set_push_to_talk(enabled)
@@ -73,8 +79,8 @@ class TalkKey(QObject):
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
         """The talk key, held anywhere in the window except in text fields."""
         kind = event.type()
-        if kind in (QEvent.Type.KeyPress, QEvent.Type.KeyRelease) and self.check.isChecked() \
-                and not event.isAutoRepeat() and self.window.isActiveWindow() \
+        if kind in (QEvent.Type.KeyPress, QEvent.Type.KeyRelease) and isinstance(event, QKeyEvent) \
+                and self.check.isChecked() and not event.isAutoRepeat() and self.window.isActiveWindow() \
                 and QKeySequence(event.key()).toString() == self.key \
                 and not isinstance(QApplication.focusWidget(), (QLineEdit, QPlainTextEdit)):
             self.hold(kind == QEvent.Type.KeyPress)
@@ -86,6 +92,6 @@ class TalkKey(QObject):
     def close(self) -> None:
         """The window closes: no key filter, no listener (a held key counts as released)."""
         if self._filtering:
-            QApplication.instance().removeEventFilter(self)
+            application().removeEventFilter(self)
             self._filtering = False
         self.global_ptt.hotkey.stop()

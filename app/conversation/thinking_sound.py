@@ -8,11 +8,17 @@ window): the GUI thread only hands it the samples.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Protocol
+
 import numpy as np
 from PySide6.QtCore import QObject
 from PySide6.QtGui import QAction
 
 from app.core.saved_settings import set_ui_value, ui_value
+
+if TYPE_CHECKING:
+    from app.conversation.view import ConversationView
+    from app.core.window_api import WindowApi
 
 RATE = 16000
 NOTES_HZ = (660.0, 880.0)
@@ -33,12 +39,24 @@ def chime(rate: int = RATE) -> np.ndarray:
     return np.concatenate([notes[0], gap, notes[1]]).astype(np.float32)
 
 
+class ChimePlayer(Protocol):
+    """Plays a sound in the background (the voice preview's ``PreviewPlayer``)."""
+
+    def play(self, audio: np.ndarray, rate: int) -> None:
+        """Play ``audio`` (float32 mono at ``rate``), cutting off any sound playing."""
+        ...
+
+    def stop(self, timeout: float = 2.0) -> bool:
+        """Cut off the sound and join its thread; True if it ended."""
+        ...
+
+
 class ThinkingSound(QObject):
     """Plays ``chime()`` on ``player`` when ``view`` starts its thinking cue, if on; the
     option is an action in ``window``'s View menu."""
 
-    def __init__(self, window, view, player) -> None:
-        super().__init__(window)
+    def __init__(self, window: WindowApi, view: ConversationView, player: ChimePlayer) -> None:
+        super().__init__(window.widget)
         self.settings = window.settings
         self.player = player
         self.action = QAction("Thinking sound", self, checkable=True)

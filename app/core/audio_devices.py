@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox
 
 from app.core.push_to_talk import PushToTalkSource
-from engine.config import EngineConfig
+from engine.config import AudioConfig, EngineConfig
 from engine.config_diff import Effect, effect_of
 
 
@@ -39,6 +39,15 @@ INPUT_KEYS = ("audio.input_device", "audio.capture_buffer_s")
 
 
 # ---------------------------------------------------------------------- audio settings
+def chosen_device(audio: AudioConfig, kind: str) -> str:
+    """The device ``audio`` names for ``kind``: "input" (the microphone) or "output" (the speaker)."""
+    if kind == "input":
+        return audio.input_device
+    if kind == "output":
+        return audio.output_device
+    raise ValueError(f"a sound device is an 'input' or an 'output', not {kind!r}")
+
+
 def audio_items(config: EngineConfig) -> dict[str, Any]:
     """``config``'s sound-device settings, ``{dotted: value}``."""
     return {k: v for k, v in config.flat().items() if effect_of(k) is Effect.AUDIO}

@@ -34,7 +34,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import shiboken6
 from PySide6.QtCore import QObject, Qt, Signal, SignalInstance
@@ -108,6 +108,13 @@ class Outcome(Generic[T]):
         """True when the work returned."""
         return self.failure is None
 
+    def got(self) -> T:
+        """What the work returned, once its failure was handled: a failed outcome raises
+        its error again."""
+        if self.failure is not None:
+            raise self.failure.error
+        return cast(T, self.value)
+
 
 # ---------------------------------------------------------------------- commands
 class Task:
@@ -147,6 +154,10 @@ class Task:
             return True
         self._stop.set()
         return False
+
+    def report_load(self, stage: str, fraction: float | None, text: str) -> None:
+        """``report`` as the engine's load and apply progress callback (``ProgressFn``)."""
+        self.report(stage, fraction, text)
 
 
 class Command:

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from app.core.audio_devices import mic_pair, with_audio_of
+from app.core.audio_devices import chosen_device, mic_pair, with_audio_of
 from app.core.background import Command, JobKind, Outcome, Task
 from app.core.controller_state import ControllerMode, ControllerState
 from app.core.push_to_talk import PushToTalkSource
@@ -30,6 +30,7 @@ from engine.errors import AudioDeviceError, ParleyError
 
 if TYPE_CHECKING:
     from app.core.controller import EngineController
+    from engine.engine import Engine
 
 log = logging.getLogger("parley.app")
 
@@ -60,6 +61,13 @@ def safe_snapshot(engine):
 
 
 # ---------------------------------------------------------------------- commands
+def _running(engine: Engine | None) -> Engine:
+    """The engine a command works on: one queued when none was loaded fails, saying so."""
+    if engine is None:
+        raise ParleyError("no engine is loaded: load the models first (Settings tab)")
+    return engine
+
+
 class ControllerCommand(Command):
     """An operation of ``controller``. ``transition`` shows in its state from submission
     (``EngineController.run``) until ``commit`` ends it."""
@@ -101,7 +109,7 @@ class Discover(ControllerCommand):
     def commit(self, outcome: Outcome) -> None:
         if self.fail(outcome):
             return
-        devices, (inputs, outputs) = outcome.value
+        devices, (inputs, outputs) = outcome.got()
         self.controller.devices_found.emit(devices)
         self.controller.audio_devices_found.emit(inputs, outputs)
 
@@ -122,7 +130,7 @@ class Build(ControllerCommand):
         from engine.engine import Engine
 
         engine = Engine(self.config, registry=self.registry)
-        engine.load(task.report)
+        engine.load(task.report_load)
         return engine, safe_snapshot(engine), open_history(engine, self.store)
 
     def progress(self, stage: str, fraction: float | None, text: str) -> None:
@@ -135,7 +143,7 @@ class Build(ControllerCommand):
             c.refresh()
             c.apply_failed.emit(outcome.failure)
             return
-        engine, snapshot, (recorder, store, notice) = outcome.value
+        engine, snapshot, (recorder, store, notice) = outcome.got()
         if c.closing:
             if recorder is not None:
                 recorder.close()
@@ -190,7 +198,7 @@ class SwapEngine(ControllerCommand):
     def commit(self, outcome: Outcome) -> None:
         if self.fail(outcome):
             return
-        stuck, gate = outcome.value
+        stuck, gate = outcome.got()
         c = self.controller
         c.report_stuck(stuck)
         if gate is not None:
@@ -215,8 +223,9 @@ class ApplyInPlace(ControllerCommand):
     def work(self, task: Task):
         # The engine was started on its own audio settings (a switch since then changed
         # only the controller's): Engine.apply sees no audio change.
-        result = self.engine.apply(with_audio_of(self.config, self.engine.config), task.report)
-        return result, safe_snapshot(self.engine)
+        engine = _running(self.engine)
+        result = engine.apply(with_audio_of(self.config, engine.config), task.report_load)
+        return result, safe_snapshot(engine)
 
     def progress(self, stage: str, fraction: float | None, text: str) -> None:
         self.controller.load_progress.emit(stage, fraction, text)
@@ -230,7 +239,7 @@ class ApplyInPlace(ControllerCommand):
             return
         if c.closing:
             return
-        result, snapshot = outcome.value
+        result, snapshot = outcome.got()
         self.finish(result if isinstance(result, ConfigDiff) else self.diff, snapshot)
 
     def finish(self, diff: ConfigDiff, snapshot) -> None:
@@ -259,14 +268,14 @@ class Start(ControllerCommand):
 
     def work(self, task: Task):
         sources, sinks = self.make()
-        self.engine.start(sources, sinks, carry_conversation=self.carry)
+        _running(self.engine).start(sources, sinks, carry_conversation=self.carry)
         return sources
 
     def commit(self, outcome: Outcome) -> None:
         if self.fail(outcome):
             return
         if self.mode is ControllerMode.MIC:
-            self.controller.adopt_ptt_source(outcome.value[0])
+            self.controller.adopt_ptt_source(outcome.got()[0])
         self.controller.mode = self.mode
         self.end()
 
@@ -282,7 +291,7 @@ class Stop(ControllerCommand):
         self.transition = ControllerState.STOPPING
 
     def work(self, task: Task):
-        return self.engine.stop(2.0)
+        return _running(self.engine).stop(2.0)
 
     def commit(self, outcome: Outcome) -> None:
         c = self.controller
@@ -290,7 +299,7 @@ class Stop(ControllerCommand):
         if self.fail(outcome):
             return
         c.adopt_ptt_source(None)
-        c.report_stuck(outcome.value)
+        c.report_stuck(outcome.got())
         self.end()
 
 
@@ -304,7 +313,7 @@ class NewConversation(ControllerCommand):
         self.engine = controller.engine
 
     def work(self, task: Task):
-        return self.engine.new_conversation()
+        return _running(self.engine).new_conversation()
 
     def commit(self, outcome: Outcome) -> None:
         if self.fail(outcome):
@@ -330,14 +339,14 @@ class Say(ControllerCommand):
 
     def work(self, task: Task) -> int:
         # The LLM's inbox may be full for a moment: the wait is here, never on the GUI thread.
-        return self.engine.say(self.text, speak=self.speak)
+        return _running(self.engine).say(self.text, speak=self.speak)
 
     def commit(self, outcome: Outcome) -> None:
         c = self.controller
         if outcome.failure is not None:
             c.say_failed.emit(self.text, outcome.failure.message)
             return
-        c.typed_sent.emit(0, outcome.value, self.text, self.speak)
+        c.typed_sent.emit(0, outcome.got(), self.text, self.speak)
 
 
 class SwitchAudio(ControllerCommand):
@@ -350,8 +359,8 @@ class SwitchAudio(ControllerCommand):
         self.what = JobKind.SWITCH_INPUT if kind == "input" else JobKind.SWITCH_OUTPUT
         self.old_config = controller.config
         self.new_config = self.old_config.with_overrides(overrides)
-        self.kept = getattr(self.old_config.audio, f"{kind}_device")
-        self.device = getattr(self.new_config.audio, f"{kind}_device")
+        self.kept = chosen_device(self.old_config.audio, kind)
+        self.device = chosen_device(self.new_config.audio, kind)
         self.engine, self.push = controller.engine, controller.push_to_talk
         self.running = controller.mode is ControllerMode.MIC
         self.transition = ControllerState.STARTING if self.running else None
@@ -371,20 +380,20 @@ class SwitchAudio(ControllerCommand):
                 probe.close()
         if not self.running:
             return None
-        self.engine.stop(2.0)
+        engine = _running(self.engine)
+        engine.stop(2.0)
         gate, sink = mic_pair(self.new_config, self.push)
-        if probe is not None:
-            if self.kind == "input":
-                gate.inner = probe
-            else:
-                sink = probe
+        if isinstance(probe, MicSource):
+            gate.inner = probe
+        elif probe is not None:
+            sink = probe
         try:
-            self.engine.start([gate], [sink])
+            engine.start([gate], [sink])
         except ParleyError as exc:
             if probe is not None:
                 probe.close()
             gate, sink = mic_pair(self.old_config, self.push)
-            self.engine.start([gate], [sink])
+            engine.start([gate], [sink])
             reason = AudioDeviceError(f"{self.device!r} opened but the pipeline did not start on it: {exc}")
             return gate, str(reason)
         return gate, None

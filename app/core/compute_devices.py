@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox
 
+from app.core.widgets import set_item_enabled
 from engine.runtime.devices import DeviceInfo
 
 
@@ -24,5 +25,5 @@ def add_device_items(combo: QComboBox, infos: Iterable[DeviceInfo], kinds: set[s
         elif kinds is not None and info.device.kind not in kinds:
             runs_on = ", ".join(sorted(kinds)) or "nothing here"
             why = f"{who} does not run on {info.device.kind}; it runs on {runs_on}"
-        combo.model().item(i).setEnabled(why is None)
+        set_item_enabled(combo, i, enabled=why is None)
         combo.setItemData(i, why or info.label, Qt.ItemDataRole.ToolTipRole)

@@ -23,7 +23,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from app.core.audio_devices import INPUT_KEYS, audio_changes, mic_pair, with_audio_of
+from app.core.audio_devices import INPUT_KEYS, audio_changes, chosen_device, mic_pair, with_audio_of
 from app.core.background import Failure, Job, JobKind, SerialLane
 from app.core.bridge import EventBridge
 from app.core.commands import (ApplyInPlace, Build, ControllerCommand, Discover, NewConversation, Say, Start,
@@ -300,7 +300,7 @@ class EngineController(QObject):
         restarts on it if running) and the setting changed. Otherwise the old device stays
         and ``audio_switch_failed`` carries it and the reason.
         """
-        if device == getattr(self.config.audio, f"{kind}_device"):
+        if device == chosen_device(self.config.audio, kind):
             return
         self.run(SwitchAudio(self, kind, {f"audio.{kind}_device": device}))
 

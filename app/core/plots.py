@@ -29,11 +29,25 @@ _pg_defaults(theme.current())
 theme.notifier().changed.connect(_pg_defaults)
 
 
+def plot_item(w: pg.PlotWidget) -> pg.PlotItem:
+    """``w``'s PlotItem (pyqtgraph declares the attribute None before its ``__init__`` sets it)."""
+    item = w.getPlotItem()
+    if item is None:
+        raise TypeError(f"{type(w).__name__} has no PlotItem: its PlotWidget.__init__ did not run")
+    return item
+
+
+def view_box(w: pg.PlotWidget) -> pg.ViewBox:
+    """``w``'s ViewBox, where its ranges are set: a PlotWidget forwards ``setXRange`` and
+    ``setYRange`` to it at run time, but declares GraphicsView's of other arguments."""
+    return plot_item(w).getViewBox()
+
+
 def style_plot(w: pg.PlotWidget) -> None:
     """The current palette's background and axis colours on ``w``."""
     pal = theme.current()
     w.setBackground(pal.surface)
     for name in ("left", "bottom"):
-        axis = w.getPlotItem().getAxis(name)
+        axis = plot_item(w).getAxis(name)
         axis.setPen(pal.muted)
         axis.setTextPen(pal.muted)

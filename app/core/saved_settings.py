@@ -94,8 +94,8 @@ def ui_value(settings: QSettings, name: str, default: Any) -> Any:
         return raw if isinstance(raw, bool) else str(raw).lower() in ("true", "1", "yes", "on")
     if isinstance(default, int):
         try:
-            return int(raw)
-        except (TypeError, ValueError):
+            return int(raw) if isinstance(raw, str | int | float) else default
+        except ValueError:
             return default
     return raw
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
+from PySide6.QtWidgets import QApplication
 
 from engine.errors import ParleyError
 
@@ -301,9 +302,9 @@ def apply_palette(pal: Palette, app=None) -> None:
     global _current
     _current = pal
     app = app or QGuiApplication.instance()
-    if app is not None:
+    if isinstance(app, QGuiApplication):
         app.setPalette(qpalette(pal))
-        if hasattr(app, "setStyleSheet"):
+        if isinstance(app, QApplication):  # widgets, hence a stylesheet
             app.setStyleSheet(load_stylesheet(pal))
     notifier().changed.emit(pal)
 

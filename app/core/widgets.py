@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 
 from PySide6.QtCore import QRectF, QSize, Qt
-from PySide6.QtGui import QAction, QColor, QPainter
-from PySide6.QtWidgets import (QAbstractItemView, QMessageBox, QGridLayout, QHeaderView, QLabel, QTableWidget,
-                               QTableWidgetItem, QWidget)
+from PySide6.QtGui import QAction, QColor, QPainter, QStandardItemModel
+from PySide6.QtWidgets import (QAbstractItemView, QApplication, QComboBox, QGridLayout, QHeaderView, QLabel,
+                               QLayout, QMessageBox, QTableWidget, QTableWidgetItem, QWidget)
 
 from app.core import theme
 from engine.audio.pcm import dbfs
@@ -150,6 +150,33 @@ def set_row(table: QTableWidget, row: int, values: list[str], tips: dict[int, st
         tip = (tips or {}).get(col, "")
         if item.toolTip() != tip:
             item.setToolTip(tip)
+
+
+def set_item_enabled(combo: QComboBox, index: int, *, enabled: bool) -> None:
+    """Enable or grey out entry ``index`` of ``combo`` (a combo's own model is a
+    QStandardItemModel; one given another model says so)."""
+    model = combo.model()
+    if not isinstance(model, QStandardItemModel):
+        raise TypeError(f"{combo.objectName() or 'the combo'} has a {type(model).__name__}, "
+                        "not its own QStandardItemModel: its entries cannot be greyed out")
+    model.item(index).setEnabled(enabled)
+
+
+def clear_layout(layout: QLayout) -> None:
+    """Take every item out of ``layout``; its widgets are deleted (later, as Qt asks)."""
+    while layout.count():
+        item = layout.takeAt(0)
+        widget = item.widget() if item is not None else None
+        if widget is not None:
+            widget.deleteLater()
+
+
+def application() -> QApplication:
+    """The running QApplication (every widget lives under one)."""
+    app = QApplication.instance()
+    if not isinstance(app, QApplication):
+        raise RuntimeError(f"no QApplication is running (the instance is {app!r})")
+    return app
 
 
 def confirm(parent: QWidget, title: str, text: str) -> bool:

@@ -14,6 +14,7 @@ import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QLibraryInfo, Qt, qVersion
 from PySide6.QtGui import QAction, QFontDatabase, QGuiApplication
@@ -25,6 +26,9 @@ from engine.doctor.probes import Probes
 from engine.doctor.readings import QtAnswer
 from engine.doctor.report import Level, Report, render_text
 from engine.doctor.run import run_checks
+
+if TYPE_CHECKING:
+    from app.core.window_api import WindowApi
 
 JOIN_S = 0.5  # closing never waits for a check that is importing libraries
 _PLUGIN_SUFFIXES = (".so", ".dylib", ".dll")
@@ -149,31 +153,39 @@ def _answer(answer: QtAnswer) -> Callable[..., QtAnswer]:
     return lambda _env: answer
 
 
-def open_computer_check(window, probes: Probes | None = None) -> ComputerCheckDialog:
-    """Show the window's report dialog (raising the one already open)."""
-    dialog = window.computer_check_dialog
-    if dialog is not None and dialog.isVisible():
-        dialog.raise_()
-        dialog.activateWindow()
+class ComputerCheck:
+    """Help > Check this computer… of a window: ``action``, and ``dialog``, the report it
+    opened (None while none is open). ``probes``: a fake machine for tests."""
+
+    def __init__(self, window: WindowApi, probes: Probes | None = None) -> None:
+        self._window = window
+        self._probes = probes
+        self.dialog: ComputerCheckDialog | None = None
+        self.action = QAction("Check this computer…", window.widget)
+        self.action.setObjectName("computerCheckAction")
+        self.action.triggered.connect(lambda _checked=False: self.open())
+        window.menus["help"].addAction(self.action)
+
+    def open(self) -> ComputerCheckDialog:
+        """Show the report dialog (raising the one already open)."""
+        dialog = self.dialog
+        if dialog is not None and dialog.isVisible():
+            dialog.raise_()
+            dialog.activateWindow()
+            return dialog
+        controller = self._window.controller
+        dialog = ComputerCheckDialog(lambda: controller.config, self._window.widget, probes=self._probes)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.finished.connect(self._closed)
+        self.dialog = dialog
+        dialog.show()
         return dialog
-    dialog = ComputerCheckDialog(lambda: window.controller.config, window, probes=probes)
-    dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-    dialog.finished.connect(lambda _r: setattr(window, "computer_check_dialog", None))
-    window.computer_check_dialog = dialog
-    dialog.show()
-    return dialog
+
+    def _closed(self, _result: int) -> None:
+        self.dialog = None
 
 
-def install(window, probes: Probes | None = None) -> QAction:
-    """Add "Check this computer…" to ``window.menus["help"]``; idempotent (a second call
-    returns the first call's action). ``probes``: a fake machine for tests."""
-    action = getattr(window, "computer_check_action", None)
-    if action is not None:
-        return action
-    action = QAction("Check this computer…", window)
-    action.setObjectName("computerCheckAction")
-    action.triggered.connect(lambda _checked=False: open_computer_check(window, probes))
-    window.menus["help"].addAction(action)
-    window.computer_check_action = action
-    window.computer_check_dialog = None
-    return action
+def install(window: WindowApi, probes: Probes | None = None) -> ComputerCheck:
+    """Add "Check this computer…" to ``window.menus["help"]``; returns the
+    ``ComputerCheck``. ``probes``: a fake machine for tests."""
+    return ComputerCheck(window, probes)

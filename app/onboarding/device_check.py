@@ -16,19 +16,23 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import (QComboBox, QDialog, QGridLayout, QGroupBox, QHBoxLayout, QLabel, QPushButton,
                                QVBoxLayout, QWidget)
 
-from app.core.audio_devices import fill_audio_combo
+from app.core.audio_devices import chosen_device, fill_audio_combo
 from app.core.background import Job, JobKind, SerialLane, Task
 from app.core.saved_settings import key_for, set_ui_value, to_text, ui_value
 from app.core.widgets import LevelMeter
 from engine.audio.base import AudioSink, AudioSource
 from engine.audio.device_check import (FLOOR_DBFS, MIC_STAGES, SPEAKER_STAGES, MicCheck, MicResult,
                                        SpeakerCheck, SpeakerResult, missing_models)
+
+if TYPE_CHECKING:
+    from app.core.window_api import WindowApi
 
 #: Set to 1 to never open the check by itself (tests, the packaged self-test, kiosks).
 NO_FIRST_RUN_ENV = "PARLEY_NO_FIRST_RUN"
@@ -145,9 +149,10 @@ class SetupCheckDialog(QDialog):
         return combo.currentData() or "default"
 
     # ------------------------------------------------------------------ models
-    def _models(self) -> dict | None:
+    def _models(self) -> dict:
+        """The loaded engine's models by stage (none without an engine)."""
         engine = self.controller.engine
-        return None if engine is None else engine.models
+        return {} if engine is None else engine.models
 
     def _models_changed(self, *_args) -> None:
         models = self._models()
@@ -224,7 +229,7 @@ class SetupCheckDialog(QDialog):
     def _tick(self) -> None:
         """The level and the phase of the running test, drawn at the timer's pace."""
         mic, speaker = self._checks.get("input"), self._checks.get("output")
-        if mic is not None:
+        if isinstance(mic, MicCheck):
             self.meter.set_level(mic.level, True)
             self.meter_peak_db = max(self.meter_peak_db, self.meter.db)
             if mic.phase == "transcribing":
@@ -275,7 +280,7 @@ class SetupCheckDialog(QDialog):
         """Switch to the chosen devices (each a transaction); save and close once done."""
         audio = self.controller.config.audio
         chosen = {kind: self.device(kind) for kind in _KINDS}
-        self._switching = {k: d for k, d in chosen.items() if d != getattr(audio, f"{k}_device")}
+        self._switching = {k: d for k, d in chosen.items() if d != chosen_device(audio, k)}
         if not self._switching:
             self._save()
             self.accept()
@@ -307,7 +312,7 @@ class SetupCheckDialog(QDialog):
         audio = self.controller.config.audio
         for kind in _KINDS:
             dotted = f"audio.{kind}_device"
-            self.settings.setValue(key_for(dotted), to_text(getattr(audio, f"{kind}_device")))
+            self.settings.setValue(key_for(dotted), to_text(chosen_device(audio, kind)))
         set_ui_value(self.settings, FIRST_RUN_KEY, True)
         self.settings.sync()
 
@@ -384,18 +389,6 @@ def _sentence(text: str | None) -> str:
 
 
 # ---------------------------------------------------------------------- the window
-class _CloseWatch(QObject):
-    """Stops an open check's threads when the window closes (the dialog may outlive it)."""
-
-    def eventFilter(self, obj, event) -> bool:  # noqa: N802 - Qt's name
-        """On the window's Close, shut the open dialog down; the event goes on."""
-        if event.type() == QEvent.Type.Close:
-            dialog = getattr(obj, "setup_check_dialog", None)
-            if dialog is not None:
-                dialog.shutdown()
-        return False
-
-
 def first_run_due(settings, autoload: bool, env=None, platform: str | None = None) -> bool:
     """Whether the check opens by itself: ``ui/first_run_done`` unset, the window loads
     its models (``autoload``), ``PARLEY_NO_FIRST_RUN`` is not 1, and the window can be seen
@@ -406,48 +399,67 @@ def first_run_due(settings, autoload: bool, env=None, platform: str | None = Non
             and not ui_value(settings, FIRST_RUN_KEY, False))
 
 
-def open_setup_check(window) -> SetupCheckDialog:
-    """Show the window's check dialog (raising the one already open)."""
-    dialog = getattr(window, "setup_check_dialog", None)
-    if dialog is not None and dialog.isVisible():
-        dialog.raise_()
-        dialog.activateWindow()
+#: The microphones and speakers discovery found: (inputs, outputs), AudioDevice lists.
+AudioDevices = Callable[[], tuple[list, list]]
+
+
+class SetupCheck(QObject):
+    """Help > Check microphone and speaker… of a window: ``action``, and ``dialog``, the
+    check it opened (None while none is open). The window's Close shuts an open check's
+    threads down (the dialog may outlive the window). ``audio_devices()`` fills the
+    dialog's dropdowns (None: the dialog asks the controller)."""
+
+    def __init__(self, window: WindowApi, audio_devices: AudioDevices | None = None) -> None:
+        super().__init__(window.widget)
+        self._window = window
+        self._audio_devices = audio_devices
+        self.dialog: SetupCheckDialog | None = None
+        self.action = QAction("Check microphone and speaker…", window.widget)
+        self.action.setObjectName("setupCheckAction")
+        self.action.triggered.connect(lambda _checked=False: self.open())
+        window.menus["help"].addAction(self.action)
+        window.widget.installEventFilter(self)
+
+    def open(self) -> SetupCheckDialog:
+        """Show the check dialog (raising the one already open)."""
+        dialog = self.dialog
+        if dialog is not None and dialog.isVisible():
+            dialog.raise_()
+            dialog.activateWindow()
+            return dialog
+        inputs, outputs = self._audio_devices() if self._audio_devices is not None else (None, None)
+        w = self._window
+        dialog = SetupCheckDialog(w.controller, w.settings, w.widget, inputs=inputs, outputs=outputs)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.finished.connect(self._closed)
+        self.dialog = dialog
+        dialog.show()
         return dialog
-    panel = getattr(window, "panel", None)
-    dialog = SetupCheckDialog(window.controller, window.settings, window,
-                              inputs=getattr(panel, "inputs", None),
-                              outputs=getattr(panel, "outputs", None))
-    dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-    dialog.finished.connect(lambda _r: setattr(window, "setup_check_dialog", None))
-    window.setup_check_dialog = dialog
-    dialog.show()
-    return dialog
+
+    def _closed(self, _result: int) -> None:
+        self.dialog = None
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+        """On the window's Close, shut the open dialog down; the event goes on."""
+        if event.type() == QEvent.Type.Close and obj is self._window.widget and self.dialog is not None:
+            self.dialog.shutdown()
+        return False
 
 
-def install(window, autoload: bool | None = None, *, env=None,
-            platform: str | None = None) -> QAction:
+def install(window: WindowApi, *, autoload: bool | None = None, audio_devices: AudioDevices | None = None,
+            env=None, platform: str | None = None) -> SetupCheck:
     """Add "Check microphone and speaker…" to ``window.menus["help"]`` and, when
-    ``first_run_due``, open the check once the event loop runs. Idempotent: a second call
-    returns the first call's action and schedules nothing.
+    ``first_run_due``, open the check once the event loop runs; returns the ``SetupCheck``.
 
     ``autoload``: whether the window loads its models at start (``MainWindow``'s
     argument). None detects it: the controller is loading or holds an engine, which is
     true only when ``install`` runs after ``MainWindow`` called ``controller.apply``.
-    ``env``/``platform`` stand in for ``os.environ`` and Qt's platform (tests).
+    ``audio_devices``: see ``SetupCheck``. ``env``/``platform`` stand in for
+    ``os.environ`` and Qt's platform (tests).
     """
-    action = getattr(window, "setup_check_action", None)
-    if action is not None:
-        return action
-    action = QAction("Check microphone and speaker…", window)
-    action.setObjectName("setupCheckAction")
-    action.triggered.connect(lambda _checked=False: open_setup_check(window))
-    window.menus["help"].addAction(action)
-    window.setup_check_action = action
-    window.setup_check_dialog = None
-    window._setup_check_watch = _CloseWatch(window)
-    window.installEventFilter(window._setup_check_watch)
+    check = SetupCheck(window, audio_devices)
     if autoload is None:
         autoload = window.controller.loading or window.controller.engine is not None
     if first_run_due(window.settings, autoload, env, platform):
-        QTimer.singleShot(0, window, lambda: open_setup_check(window))
-    return action
+        QTimer.singleShot(0, window.widget, check.open)
+    return check

@@ -21,7 +21,7 @@ import itertools
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
@@ -34,6 +34,11 @@ from app.onboarding.downloads import HUB_PATTERNS, HubDownload, ModelDownloadDia
 from engine.runtime.model_cache import (BUNDLED, HUB, CachedModel, ModelScan, ModelUse, engine_uses,
                                         human_bytes, remove_model, scan_models, uses_of)
 from engine.runtime.model_catalog import ModelProfile, full_precision_warning, profile, snapshot_folder
+
+if TYPE_CHECKING:
+    from app.core.controller import EngineController
+    from app.core.window_api import WindowApi
+    from engine.engine import Engine
 
 COLUMNS = ("Name", "Kind", "Size", "Precision", "Expected speed", "Last used", "Used by")
 _ROLE = Qt.ItemDataRole.UserRole
@@ -66,7 +71,7 @@ def wanted_downloads(placements: list[Any], scan: ModelScan | None) -> list[HubD
     for p in placements:
         model = str(p.model)
         repo, _, path = model.partition(":")
-        if (p.bundled or getattr(p, "endpoint", "") or repo in cached or repo.count("/") != 1
+        if (p.bundled or p.endpoint or repo in cached or repo.count("/") != 1
                 or Path(model).expanduser().exists() or any(d.repo_id == repo for d in out)):
             continue
         patterns = (path, path + ".json") if path else HUB_PATTERNS.get(p.backend)
@@ -81,7 +86,7 @@ class ModelManagerDialog(QDialog):
     stage uses what), or None. ``bundled``: list the models of installed packages too.
     """
 
-    def __init__(self, controller: Any = None, parent: QWidget | None = None, *,
+    def __init__(self, controller: EngineController | None = None, parent: QWidget | None = None, *,
                  bundled: bool = True) -> None:
         super().__init__(parent)
         self.setObjectName("modelManager")
@@ -148,19 +153,23 @@ class ModelManagerDialog(QDialog):
     # ------------------------------------------------------------------ what is in use
     def uses(self) -> list[ModelUse]:
         """Which stage names which model: the loaded engine's, else the config's."""
-        engine = getattr(self.controller, "engine", None)
+        engine = self._engine()
         if engine is not None:
             return engine_uses(engine)
-        return uses_of(config=getattr(self.controller, "config", None))
+        return uses_of(config=self.controller.config if self.controller is not None else None)
+
+    def _engine(self) -> Engine | None:
+        """The controller's loaded engine (None without one, or without a controller)."""
+        return self.controller.engine if self.controller is not None else None
 
     def placements(self) -> list[Any]:
         """The loaded engine's placements (none without an engine)."""
-        engine = getattr(self.controller, "engine", None)
+        engine = self._engine()
         return [] if engine is None else list(engine.placements.values())
 
     def wanted(self) -> list[HubDownload]:
         """The missing hub models the loaded engine would use (none without an engine)."""
-        engine = getattr(self.controller, "engine", None)
+        engine = self._engine()
         return [] if engine is None else wanted_downloads(list(engine.placements.values()),
                                                           self.scan)
 
@@ -235,12 +244,14 @@ class ModelManagerDialog(QDialog):
     def selected(self) -> CachedModel | None:
         """The model of the selected row, or None."""
         rows = self.table.selectionModel().selectedRows()
-        return None if not rows else self.table.item(rows[0].row(), 0).data(_ROLE)
+        item = self.table.item(rows[0].row(), 0) if rows else None
+        return None if item is None else item.data(_ROLE)
 
     def select(self, name: str) -> bool:
         """Select the row of the model called ``name``."""
         for row in range(self.table.rowCount()):
-            if self.table.item(row, 0).text() == name:
+            item = self.table.item(row, 0)
+            if item is not None and item.text() == name:
                 self.table.selectRow(row)
                 return True
         return False
@@ -281,7 +292,7 @@ class ModelManagerDialog(QDialog):
         wanted = self.wanted()
         if not wanted:
             self.status.setText("Every hub model the loaded engine wants is already on disk."
-                                if getattr(self.controller, "engine", None) is not None else
+                                if self._engine() is not None else
                                 "Load the models first: downloads follow the loaded engine's "
                                 "placements.")
             return None
@@ -305,31 +316,32 @@ class ModelManagerDialog(QDialog):
         super().done(result)
 
 
-def install(window: Any) -> QAction:
-    """Add File > Models… to ``window`` (once; later calls return the same action)."""
-    menu = window.menus["file"]
-    for action in menu.actions():
-        if action.objectName() == "modelsAction":
-            return action
-    action = QAction("Models…", window)
-    action.setObjectName("modelsAction")
-    action.setStatusTip("The models on disk: sizes, which stage uses them; download, remove")
+class ModelManager:
+    """File > Models… of a window: ``action``, and ``dialog``, the manager it last opened
+    (None before the first)."""
 
-    def show() -> None:
-        dialog = getattr(window, "model_manager", None)
-        if dialog is None or not dialog.isVisible():  # a closed one rescans from scratch
+    def __init__(self, window: WindowApi) -> None:
+        self._window = window
+        self.dialog: ModelManagerDialog | None = None
+        self.action = QAction("Models…", window.widget)
+        self.action.setObjectName("modelsAction")
+        self.action.setStatusTip("The models on disk: sizes, which stage uses them; download, remove")
+        self.action.triggered.connect(lambda _checked=False: self.show())
+        window.add_file_action(self.action)
+
+    def show(self) -> ModelManagerDialog:
+        """Show the manager (raising the one open; a closed one rescans from scratch)."""
+        dialog = self.dialog
+        if dialog is None or not dialog.isVisible():
             if dialog is not None:
                 dialog.deleteLater()
-            dialog = ModelManagerDialog(getattr(window, "controller", None), window)
-            window.model_manager = dialog
+            dialog = self.dialog = ModelManagerDialog(self._window.controller, self._window.widget)
         dialog.show()
         dialog.raise_()
         dialog.activateWindow()
+        return dialog
 
-    action.triggered.connect(show)
-    separators = [a for a in menu.actions() if a.isSeparator()]
-    if separators:
-        menu.insertAction(separators[-1], action)  # above Quit
-    else:
-        menu.addAction(action)
-    return action
+
+def install(window: WindowApi) -> ModelManager:
+    """Add File > Models… to ``window`` (above Quit); returns the ``ModelManager``."""
+    return ModelManager(window)

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from PySide6.QtWidgets import QWidget
+
+    from app.core.window_api import WindowApi
+    from app.performance.graphs import GraphsPanel
+    from app.performance.meters import MetersPanel
 
 
 @dataclass(frozen=True)
 class Performance:
     """What ``install`` made: the meters panel and the graphs panel."""
 
-    meters: Any  # MetersPanel
-    graphs: Any  # GraphsPanel
+    meters: MetersPanel
+    graphs: GraphsPanel
 
 
-def install(window, beside) -> Performance:
+def install(window: WindowApi, beside: Callable[[QWidget], object]) -> Performance:
     """The live meters, put where ``beside(widget)`` places them (beside the
     conversation), and the Performance tab's graphs, both fed by ``window``'s snapshots:
     the graphs record every new one and draw only while shown, the meters show the latest

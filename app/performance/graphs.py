@@ -10,14 +10,19 @@ and the window calls it only while the graphs are visible.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pyqtgraph as pg
 from PySide6.QtWidgets import QGridLayout, QWidget
 
 from app.core import theme
-from app.core.plots import SEGMENT_COLORS, style_plot
+from app.core.plots import SEGMENT_COLORS, plot_item, style_plot, view_box
 from engine.pipeline.critical_path import Segment
 from engine.pipeline.metrics import Figure
+
+if TYPE_CHECKING:
+    from engine.pipeline.metrics import TurnRecord
 
 #: The parts of a turn's critical path (``engine.pipeline.critical_path``), in path order.
 SEGMENTS = tuple(Segment)
@@ -38,7 +43,7 @@ def _legend() -> list[tuple[str, str]]:
     return [(segment.label, SEGMENT_COLORS[segment]) for segment in SEGMENTS]
 
 
-def set_title(w: pg.PlotWidget, title: str, legend: list[tuple[str, str]] = ()) -> None:
+def set_title(w: pg.PlotWidget, title: str, legend: Sequence[tuple[str, str]] = ()) -> None:
     """A bold title followed by a legend of coloured squares, above the plot area, where
     it never covers the data. Legend colours are palette references (see theme.resolve)."""
     pal = theme.current()
@@ -47,7 +52,7 @@ def set_title(w: pg.PlotWidget, title: str, legend: list[tuple[str, str]] = ()) 
         f"<span style='color:{pal.muted}'>{name}</span>"
         for name, color in legend)
     sep = "&nbsp;&nbsp;&nbsp;&nbsp;&nbsp;" if legend else ""
-    w.getPlotItem().setTitle(f"<span style='color:{pal.text};font-size:10pt;font-weight:600'>{title}</span>"
+    plot_item(w).setTitle(f"<span style='color:{pal.text};font-size:10pt;font-weight:600'>{title}</span>"
                              f"{sep}<span style='font-size:9pt'>{keys}</span>")
 
 
@@ -55,7 +60,7 @@ def _plot(title: str, left: str, bottom: str) -> pg.PlotWidget:
     w = pg.PlotWidget()
     w.setObjectName("graph")
     style_plot(w)
-    item = w.getPlotItem()
+    item = plot_item(w)
     set_title(w, title)
     item.setLabel("left", left)
     item.setLabel("bottom", bottom)
@@ -72,7 +77,7 @@ class LatencyBars(pg.PlotWidget):
 
     def __init__(self) -> None:
         super().__init__()
-        item = self.getPlotItem()
+        item = plot_item(self)
         style_plot(self)
         set_title(self, "Voice-to-voice latency per turn", _legend())
         item.setLabel("left", "ms after you stopped")
@@ -97,8 +102,8 @@ class LatencyBars(pg.PlotWidget):
         self.addItem(self.target)
         self.numbers: list[int] = []  # the turns drawn, numbered across engines
         self.totals_ms: list[float] = []
-        self.setYRange(0, 1000)
-        self.setXRange(0.4, BAR_TURNS + 0.6)
+        view_box(self).setYRange(0, 1000)
+        view_box(self).setXRange(0.4, BAR_TURNS + 0.6)
 
     def restyle(self) -> None:
         """Redraw in the current palette."""
@@ -122,9 +127,9 @@ class LatencyBars(pg.PlotWidget):
             base = [b + h for b, h in zip(base, heights)]
         self.totals_ms = base
         top = max([TARGET_S * 1000, *base]) * 1.15
-        self.setYRange(0, top, padding=0)
-        self.setXRange(0.4, max(BAR_TURNS, len(rows)) + 0.6, padding=0)
-        self.getPlotItem().getAxis("bottom").setTicks([[(x, f"#{n}") for x, n in zip(xs, self.numbers)]])
+        view_box(self).setYRange(0, top, padding=0)
+        view_box(self).setXRange(0.4, max(BAR_TURNS, len(rows)) + 0.6, padding=0)
+        plot_item(self).getAxis("bottom").setTicks([[(x, f"#{n}") for x, n in zip(xs, self.numbers)]])
 
 
 class TimeSeries:
@@ -159,7 +164,7 @@ class GraphsPanel(QWidget):
         self.memory_plot = _plot("Memory per device", "MiB", "seconds")
         self.tokens_plot = _plot("LLM decode speed per turn", "tokens/s", "turn")
         self.rtf_plot = _plot("Real-time factor per turn (below 1 is faster than real time)", "RTF", "turn")
-        self.stage_plot.getPlotItem().setLogMode(y=True)
+        plot_item(self.stage_plot).setLogMode(y=True)
         self._titles = {id(self.stage_plot): "Stage compute time per message",
                         id(self.memory_plot): "Memory per device",
                         id(self.rtf_plot): "Real-time factor per turn (below 1 is faster than real time)"}
@@ -182,15 +187,15 @@ class GraphsPanel(QWidget):
         # Turns of every engine this window had, numbered in order: an Apply starts a new
         # engine whose turn ids begin at 1 again.
         self._epoch = 0
-        self._history: dict[tuple[int, int, int], tuple[int, object]] = {}
+        self._history: dict[tuple[int, int, int], tuple[int, TurnRecord]] = {}
         self._next_number = 1
         self._dirty = True
         for plot, top in ((self.memory_plot, 1024), (self.tokens_plot, 40), (self.rtf_plot, 1.2)):
-            plot.setYRange(0, top, padding=0)
+            view_box(plot).setYRange(0, top, padding=0)
         for plot in (self.tokens_plot, self.rtf_plot):
-            plot.setXRange(1, 10)
+            view_box(plot).setXRange(1, 10)
         for plot in (self.stage_plot, self.memory_plot):
-            plot.setXRange(0, 30)
+            view_box(plot).setXRange(0, 30)
         self._rtf_line = pg.InfiniteLine(1.0, angle=0)
         self.rtf_plot.addItem(self._rtf_line)
         self.restyle()
@@ -252,7 +257,7 @@ class GraphsPanel(QWidget):
         while len(self._history) > 200:
             del self._history[next(iter(self._history))]
 
-    def turns(self) -> list[tuple[int, object]]:
+    def turns(self) -> list[tuple[int, TurnRecord]]:
         """``(number, TurnRecord)`` of every turn kept, oldest first."""
         return list(self._history.values())
 
@@ -280,23 +285,23 @@ class GraphsPanel(QWidget):
             now = max((pts[-1][0] for ts in (self.stage_times, self.memory)
                        for pts in ts.series.values() if pts), default=0.0)
             for plot in (self.stage_plot, self.memory_plot):
-                plot.setXRange(max(0.0, now - HISTORY_S), max(now, 30.0), padding=0.02)
+                view_box(plot).setXRange(max(0.0, now - HISTORY_S), max(now, 30.0), padding=0.02)
         peak = max((v for name in self.memory.series for v in self.memory.arrays(name)[1]), default=0.0)
-        self.memory_plot.setYRange(0, max(peak * 1.2, 64), padding=0)
+        view_box(self.memory_plot).setYRange(0, max(peak * 1.2, 64), padding=0)
         rates = [(n, rate) for n, t in finished if (rate := t.value(Figure.LLM_TOKENS_PER_S))]
         self._curve(self.tokens_plot, "tokens/s", "stage:llm", symbol=True).setData(
             [r[0] for r in rates], [r[1] for r in rates])
-        self.tokens_plot.setYRange(0, max([40.0, *(r[1] * 1.25 for r in rates)]), padding=0)
+        view_box(self.tokens_plot).setYRange(0, max([40.0, *(r[1] * 1.25 for r in rates)]), padding=0)
         top = 1.2
         for name, figure in (("STT", Figure.STT_RTF), ("TTS", Figure.TTS_RTF)):
             rows = [(n, value) for n, t in finished if (value := t.value(figure)) is not None]
             top = max([top, *(r[1] * 1.2 for r in rows)])
             self._curve(self.rtf_plot, name, f"stage:{name.lower()}", symbol=True).setData(
                 [r[0] for r in rows], [r[1] for r in rows])
-        self.rtf_plot.setYRange(0, top, padding=0)
+        view_box(self.rtf_plot).setYRange(0, top, padding=0)
         last = max([10, *(n for n, _t in finished)])
         for plot in (self.tokens_plot, self.rtf_plot):
-            plot.setXRange(max(1, last - 29), last, padding=0.03)
+            view_box(plot).setXRange(max(1, last - 29), last, padding=0.03)
         return True
 
     def _curve(self, plot: pg.PlotWidget, name: str, ref: str, symbol: bool = False) -> pg.PlotDataItem:

@@ -1,7 +1,15 @@
 """The Server tab: realtime mode served from the app."""
 
+from __future__ import annotations
 
-def install(window):
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.core.window_api import WindowApi
+    from app.server.panel import ServerPanel
+
+
+def install(window: WindowApi) -> ServerPanel:
     """Add the Server tab to ``window``: the realtime API served by an engine of its own
     on the desktop's models (shared, not reloaded). Its tables are drawn only while the
     tab is shown; closing the window stops serving. Returns the ``ServerPanel``."""
@@ -10,7 +18,7 @@ def install(window):
     from app.server.panel import ServerPanel
 
     c = window.controller
-    server = ServerController(lambda: c.config, c.registry, window)
+    server = ServerController(lambda: c.config, c.registry, window.widget)
     panel = ServerPanel(server, window.settings)
     window.add_tab("Server", panel)
     window.on_tick(lambda _snap: panel.tick(), shown=panel)

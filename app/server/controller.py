@@ -208,7 +208,7 @@ class ServerController(QObject):
             try:
                 serving.loads_before = registry.load_count()
                 serving.engine = Engine(config, registry=registry)
-                serving.engine.load(task.report)
+                serving.engine.load(task.report_load)
                 serving.loads_after = registry.load_count()
                 server = ServerThread(serving.engine, settings, FIRST_UNIT)
                 try:
@@ -233,8 +233,7 @@ class ServerController(QObject):
     def _started(self, serving: _Serving) -> None:
         if self._closing or serving is not self._serving:
             return
-        self.url = getattr(serving.server, "url", None) or \
-            f"ws://{serving.request.host}:{serving.request.port}/v1/realtime"
+        self.url = serving.server.url
         self.tls = serving.server.tls
         self.models_loaded = serving.loads_after - serving.loads_before
         self.poller.watch(serving.server)

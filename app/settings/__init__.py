@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from PySide6.QtWidgets import QWidget
+
+    from app.core.window_api import WindowApi
+    from app.settings.panel import SettingsPanel
+
 #: View > Settings…; the platform's Preferences key is added where it has another.
 SETTINGS_KEY = "Ctrl+,"
 
 
-def install(window):
+def install(window: WindowApi, *,
+            tool_support_shown: Callable[[Any], object] = lambda _support: None) -> SettingsPanel:
     """Add the Settings tab (and View > Settings…) to ``window`` and keep it in step with
     the controller: discovery fills its dropdowns, Apply goes through
     ``window.apply_config``, a device choice switches the device in place; loads, applies
-    and switches report back on the panel. Returns the ``SettingsPanel``."""
+    and switches report back on the panel. ``tool_support_shown(support)`` is told what the
+    loaded engine says of its tools too (the conversation's tool rows). Returns the
+    ``SettingsPanel``."""
     # Imported here, not at the top: ``app.settings.fields`` and the panel can then be
     # imported alone (the device check fills its combos with them).
     from app.core.saved_settings import save_config
@@ -46,7 +58,7 @@ def install(window):
         what = "microphone" if kind == "input" else "speaker"
         panel.show_message(f"Kept the {what} {device!r}: {message}", "error")
 
-    _follow_tool_support(window, panel)
+    _follow_tool_support(window, panel, tool_support_shown)
     c.apply_started.connect(lambda _diff: panel.set_busy(True, "Applying…"))
     c.load_started.connect(lambda _config: panel.set_busy(True, "Loading…"))
     c.engine_changed.connect(lambda _engine: done("Settings applied; models are loaded."))
@@ -57,15 +69,16 @@ def install(window):
     return panel
 
 
-def _follow_tool_support(window, panel) -> None:
-    """The Tools group (and the conversation's tool rows, which name an MCP tool's server)
-    follow what the loaded engine says of its tools, read on the controller's lane (after
-    the load or Apply that changed them), never on the GUI thread."""
+def _follow_tool_support(window: WindowApi, panel: SettingsPanel,
+                         also: Callable[[Any], object]) -> None:
+    """The Tools group (and ``also``: the conversation's tool rows, which name an MCP
+    tool's server) follow what the loaded engine says of its tools, read on the
+    controller's lane (after the load or Apply that changed them), never on the GUI thread."""
     c = window.controller
 
     def shown(support) -> None:
         panel.set_tool_support(support)
-        window.conversation.set_tool_support(support)
+        also(support)
 
     def read(_what=None) -> None:
         c.run_with_engine("reading the tools", lambda engine: engine.tool_support(),
@@ -79,17 +92,17 @@ def _sentence(text: str) -> str:
     return f"{text[:1].upper()}{text[1:]}."
 
 
-def _settings_action(window, page, panel) -> None:
+def _settings_action(window: WindowApi, page: QWidget, panel: SettingsPanel) -> None:
     """View > Settings… (Ctrl+, and the platform's Preferences key; the app menu's item
     on macOS): the Settings tab, with the keyboard focus in its first control."""
     from PySide6.QtCore import Qt
     from PySide6.QtGui import QAction, QKeySequence
 
     def show() -> None:
-        window.tabs.setCurrentWidget(page)
+        window.show_tab(page)
         panel.global_device.setFocus(Qt.FocusReason.ShortcutFocusReason)
 
-    action = QAction("Settings…", window)
+    action = QAction("Settings…", window.widget)
     action.setObjectName("settingsAction")
     keys = [QKeySequence(SETTINGS_KEY)]
     keys += [k for k in QKeySequence.keyBindings(QKeySequence.StandardKey.Preferences) if k not in keys]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QComboBox
 
 from app.core.compute_devices import add_device_items
+from app.core.widgets import set_item_enabled
 from app.settings.groups import AUTO
 from engine.backends import BackendRegistry
 from engine.runtime.devices import DeviceInfo
@@ -37,7 +38,7 @@ def fill_device_combo(combo: QComboBox, infos: list[DeviceInfo], current: str, d
     if index < 0:  # a setting naming a device discovery did not report: keep it visible
         combo.addItem(f"{wanted} (not found)" if discovered else wanted, wanted)
         index = combo.count() - 1
-        combo.model().item(index).setEnabled(not discovered)  # else: still discovering
+        set_item_enabled(combo, index, enabled=not discovered)  # else: still discovering
     combo.setCurrentIndex(index)
     combo.blockSignals(False)
 

@@ -139,7 +139,7 @@ class SettingsPanel(QWidget):
         self.devices = [d for d in devices if d.device.kind != "remote"]
         self._fill_device_combo(self.global_device, None, self.config.device)
         for stage in STAGES:
-            self._fill_device_combo(self.device[stage], stage, getattr(self.config, stage).device)
+            self._fill_device_combo(self.device[stage], stage, self.config.stage_config(stage).device)
         self._update_pending()
         self.probe_remote()
 
@@ -171,7 +171,7 @@ class SettingsPanel(QWidget):
 
     def _refill_remote(self) -> None:
         for stage in REMOTE_STAGES:
-            self._fill_device_combo(self.device[stage], stage, getattr(self.config, stage).device)
+            self._fill_device_combo(self.device[stage], stage, self.config.stage_config(stage).device)
 
     def _fill_device_combo(self, combo: QComboBox, stage: str | None, current: str) -> None:
         kinds, who = (supported_kinds(self.registry, stage, self.backend[stage].currentData())
@@ -181,7 +181,7 @@ class SettingsPanel(QWidget):
 
     def _backend_changed(self, stage: str) -> None:
         self._fill_models(stage, self.model[stage].currentText() or AUTO)
-        self._fill_device_combo(self.device[stage], stage, getattr(self.config, stage).device)
+        self._fill_device_combo(self.device[stage], stage, self.config.stage_config(stage).device)
         self._update_pending()
 
     def _fill_models(self, stage: str, current: str) -> None:
@@ -231,7 +231,7 @@ class SettingsPanel(QWidget):
 
     def _fill_widgets(self, config: EngineConfig) -> None:
         for stage in STAGES:
-            section = getattr(config, stage)
+            section = config.stage_config(stage)
             combo = self.backend[stage]
             combo.blockSignals(True)
             index = combo.findData(section.backend)
@@ -240,7 +240,7 @@ class SettingsPanel(QWidget):
                 index = combo.count() - 1
             combo.setCurrentIndex(index)
             combo.blockSignals(False)
-            self._fill_models(stage, getattr(section, "model", AUTO))
+            self._fill_models(stage, section.model)
             self.device[stage].clear()  # refilled below with the config's choice
             self._fill_device_combo(self.device[stage], stage, section.device)
         self.global_device.clear()

@@ -30,8 +30,8 @@ class RemoteProbe(QObject):
     def probe(self, config: EngineConfig) -> None:
         """Probe the servers ``config`` names; ``probed`` follows unless a newer probe (or
         a config naming none) supersedes this one."""
-        urls = {s: getattr(config, s).base_url.strip() for s in REMOTE_STAGES
-                if getattr(config, s).base_url.strip()}
+        urls = {s: config.stage_config(s).base_url.strip() for s in REMOTE_STAGES
+                if config.stage_config(s).base_url.strip()}
         self.urls = urls
         self.infos = {s: info for s, info in self.infos.items() if s in urls}
         if not urls:

@@ -24,6 +24,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import (QCheckBox, QFileDialog, QFormLayout, QGridLayout, QGroupBox, QHBoxLayout,
                                QLabel, QLineEdit, QPushButton, QWidget)
 
+from app.core.widgets import clear_layout
 from app.settings.fields import make_editor
 from app.settings.mcp_list import McpServersList
 from engine.config import config_fields
@@ -170,10 +171,7 @@ class ToolsGroup(QObject):
             self._asks_grid.removeWidget(box)
             box.deleteLater()
         self.asks.clear()
-        while self._asks_grid.count():
-            item = self._asks_grid.takeAt(0)
-            if item.widget() is not None:
-                item.widget().deleteLater()
+        clear_layout(self._asks_grid)
         support = self.support
         tools = [] if support is None else [t for t in support.tools if support.asks_first(t)]
         # Two boxes a row, what each tool does in its tooltip: the group sits above

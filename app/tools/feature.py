@@ -13,25 +13,33 @@ from __future__ import annotations
 
 import time
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 from app.core.background import SerialLane
 from app.core.controller_state import ControllerState
 from app.tools.confirm import ToolConfirmer
 from app.tools.timers import Notifier, TimerPoller, TimersPanel
+
+if TYPE_CHECKING:
+    from PySide6.QtWidgets import QWidget
+
+    from app.core.window_api import WindowApi
 
 
 class ToolsFeature:
     """What ``app.tools.install`` made: ``confirmer``, ``timers`` (the panel), ``poller``,
     ``notifier``."""
 
-    def __init__(self, window, beside) -> None:
+    def __init__(self, window: WindowApi, beside: Callable[[QWidget], object]) -> None:
         self.window = window
         c = window.controller
-        self.confirmer = ToolConfirmer(window)
+        self.confirmer = ToolConfirmer(window.widget)
         self.poller = TimerPoller()
-        self.lane = SerialLane(window, "parley-timer-cancel")  # joined by the window's shutdown_all
+        self.lane = SerialLane(window.widget, "parley-timer-cancel")  # joined by the window's shutdown_all
         self.timers = TimersPanel()
         beside(self.timers)
-        self.notifier = Notifier(window.banner, window)
+        self.notifier = Notifier(window.banner, window.widget)
         self._shown = None  # the reading the panel shows
         c.engine_changed.connect(self._new_engine)
         # A stop joins the engine's tool worker: a question it waits on is answered first.

@@ -15,12 +15,17 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (QApplication, QGridLayout, QGroupBox, QLabel, QPushButton, QStyle,
                                QSystemTrayIcon, QVBoxLayout, QWidget)
 
 from app.core.polling import PollingLane
+from app.core.widgets import clear_layout
+
+if TYPE_CHECKING:
+    from engine.tools.timers import Timer
 
 POLL_S = 0.5  # a timer's list changes when the assistant sets one: twice a second is news enough
 
@@ -65,7 +70,7 @@ def left_text(due_at: float, now: float) -> str:
 
 @dataclass
 class _Row:
-    timer: object
+    timer: Timer
     label: QLabel
     due: QLabel
     left: QLabel
@@ -135,10 +140,7 @@ class TimersPanel(QGroupBox):
                 r.timer == t for r, t in zip(self._rows.values(), self._timers)):
             self.tick(now)
             return
-        while self._grid.count():
-            item = self._grid.takeAt(0)
-            if item.widget() is not None:
-                item.widget().deleteLater()
+        clear_layout(self._grid)
         self._rows.clear()
         # Two lines a timer (what; when and how long), the Cancel beside both: the
         # column is narrow, beside the conversation and the meters.

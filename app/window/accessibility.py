@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import itertools
 import re
+from typing import cast
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (QAbstractButton, QAbstractItemView, QAbstractSpinBox, QComboBox, QFormLayout,
-                               QGridLayout, QHeaderView, QLabel, QLayout, QLineEdit, QMenuBar, QPlainTextEdit,
+                               QGridLayout, QHeaderView, QLabel, QLayout, QLayoutItem, QLineEdit, QMenuBar,
+                               QPlainTextEdit,
                                QSlider, QTabBar, QTextEdit, QWidget)
 
 #: The widget kinds a user operates (and the test walks).
@@ -45,19 +47,24 @@ def interactive_widgets(root: QWidget) -> list[QWidget]:
     return out
 
 
+def _widget_of(item: QLayoutItem | None) -> QWidget | None:
+    return item.widget() if item is not None else None
+
+
 def _layout_labels(layout: QLayout, found: dict[int, str]) -> None:
     """The label shown with each field of ``layout`` (and its nested layouts)."""
     if isinstance(layout, QFormLayout):
         for row in range(layout.rowCount()):
-            label = layout.itemAt(row, QFormLayout.ItemRole.LabelRole)
-            field = layout.itemAt(row, QFormLayout.ItemRole.FieldRole)
-            if label and field and isinstance(label.widget(), QLabel) and field.widget():
-                found.setdefault(id(field.widget()), label.widget().text())
+            label = _widget_of(layout.itemAt(row, QFormLayout.ItemRole.LabelRole))
+            field = _widget_of(layout.itemAt(row, QFormLayout.ItemRole.FieldRole))
+            if isinstance(label, QLabel) and field is not None:
+                found.setdefault(id(field), label.text())
     elif isinstance(layout, QGridLayout):
-        cells = {}
+        cells: dict[tuple[int, int], QWidget | None] = {}
         for i in range(layout.count()):
-            row, col, _rs, _cs = layout.getItemPosition(i)
-            cells[(row, col)] = layout.itemAt(i).widget()
+            # PySide6 returns (row, column, row span, column span); its stub says object.
+            row, col, _rs, _cs = cast(tuple[int, int, int, int], layout.getItemPosition(i))
+            cells[(row, col)] = _widget_of(layout.itemAt(i))
         for (row, col), w in cells.items():
             left = cells.get((row, col - 1))
             if w is not None and isinstance(left, QLabel) and left.text():
@@ -65,12 +72,13 @@ def _layout_labels(layout: QLayout, found: dict[int, str]) -> None:
     else:
         previous = None
         for i in range(layout.count()):
-            w = layout.itemAt(i).widget()
+            w = _widget_of(layout.itemAt(i))
             if w is not None and isinstance(previous, QLabel) and previous.text():
                 found.setdefault(id(w), previous.text())
             previous = w
     for i in range(layout.count()):
-        child = layout.itemAt(i).layout()
+        item = layout.itemAt(i)
+        child = item.layout() if item is not None else None
         if child is not None:
             _layout_labels(child, found)
 
@@ -98,8 +106,9 @@ def name_unnamed(root: QWidget) -> list[QWidget]:
         if buddy is not None:
             labels.setdefault(id(buddy), label.text())
     for holder in [root, *root.findChildren(QWidget)]:
-        if holder.layout() is not None:
-            _layout_labels(holder.layout(), labels)
+        layout = holder.layout()
+        if layout is not None:
+            _layout_labels(layout, labels)
     left = []
     for w in interactive_widgets(root):
         if not w.accessibleName():

@@ -7,9 +7,9 @@ stage's model and device) and the 10 Hz timer that hands the latest engine snaps
 the features. Each feature package (``app.conversation``, ``app.performance``,
 ``app.settings``, ``app.server``, ``app.bench``, ``app.assistant``, ``app.onboarding``,
 ``app.history``, ``app.tools``) exports ``install(window)``, which adds its tab, menu
-items, header widgets and wiring through the window API (see ``MainWindow``). Features import
-``app.core``, never each other: what one hands another is handed over here, in
-``_compose``.
+items, header widgets and wiring through the window API (``app.core.window_api.WindowApi``).
+Features import ``app.core``, never each other: what one hands another is handed over
+here, in ``_compose``, and what a feature keeps is on the object its ``install`` returns.
 
 The GUI thread never waits on the engine: engine work goes through EngineController (a
 background worker), engine events arrive as queued signals from the EventBridge, and the
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import QObject, QTimer, Signal, SignalInstance
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (QFileDialog, QFrame, QHBoxLayout, QLabel, QMainWindow, QPushButton, QTabWidget,
                                QVBoxLayout, QWidget)
@@ -36,11 +36,11 @@ from app.core.bridge import EventBridge
 from app.core.controller import TRANSITIONS, ControllerMode, ControllerState, EngineController
 from app.core.saved_settings import save_config
 from app.core.widgets import LevelMeter, set_available
-from app.window.window_state import save_window_state
 from app.window.accessibility import chain, name_unnamed
 from app.window.appearance import ThemeController
 from app.window.snapshot_feed import SnapshotFeed
 from app.window.status_line import Banner, LoadRow, StageStatus, StatePill
+from app.window.window_state import restore_window_state, save_window_state
 from engine.config import EngineConfig
 from engine.errors import ModelLoadError
 
@@ -56,27 +56,28 @@ def echo_text(status: str | None) -> str:
     return status[:1].upper() + status[1:] if status else ""
 
 
+class _WindowSignals(QObject):
+    """The window's signals (``WindowApi``'s are properties: a Protocol cannot declare a
+    Qt signal that a window's class attribute matches)."""
+
+    interrupted = Signal()
+    config_requested = Signal(object, str)
+    placements_shown = Signal(object)
+
+
 class MainWindow(QMainWindow):
     """Parley's window. ``autoload`` loads the models of ``config`` at once (in the background).
 
-    The window API, what a feature's ``install(window)`` may use: ``controller``,
-    ``bridge`` and ``settings`` (QSettings); ``banner``, ``stage_status`` (the status
-    line) and ``tabs``; ``menus`` ("file", "view", "help") and ``add_file_action``;
-    ``add_tab``, ``add_header_widget``, ``add_status_widget``; ``on_tick``, ``on_close``;
-    ``apply_config`` with ``requested_config``; ``interrupt``; and the signals below.
+    What a feature's ``install(window)`` may use of it is ``app.core.window_api.WindowApi``;
+    the rest (the feature objects ``_compose`` keeps, the header's controls) is the
+    window's own and its tests'.
     """
-
-    #: The header's Interrupt (or Esc) cut the reply off.
-    interrupted = Signal()
-    #: ``apply_config`` was asked to apply this config; the note says why (may be "").
-    config_requested = Signal(object, str)
-    #: The status line now shows the placements of this EngineSnapshot.
-    placements_shown = Signal(object)
 
     def __init__(self, config: EngineConfig, settings, autoload: bool = True,
                  notes: list[str] | None = None) -> None:
         super().__init__()
         self.settings = settings
+        self._signals = _WindowSignals(self)
         self.setWindowTitle("Parley")
         self.setMinimumSize(1024, 640)
         self.bridge = EventBridge(self)
@@ -84,7 +85,7 @@ class MainWindow(QMainWindow):
         self.closed = False
         self.shutdown_stuck: list[str] = []
         #: The config last asked for: what a failed load's "another device" starts from.
-        self.requested_config: EngineConfig | None = config
+        self.requested_config: EngineConfig = config
         #: The tabs' pages by title ("Conversation", "Settings", …).
         self.pages: dict[str, QWidget] = {}
         self._feed = SnapshotFeed()
@@ -117,21 +118,45 @@ class MainWindow(QMainWindow):
         self.chat = conversation.install(
             self, PreviewPlayer(speaker_factory(self.controller), self.banner.show_message, self))
         self.conversation = self.chat.view  # the transcript the Assistant tab clears
-        self.split = self.chat.split  # saved with the window (app.window.window_state)
         self.talk_key = self.chat.talk_key
-        history.install(self)
+        self.history_action = history.install(self)  # File > Conversation history…
         self.performance = performance.install(self, beside=self.chat.add_beside)
         self.tools = tools.install(self, beside=self.chat.add_beside)  # the timers, right of the meters
-        self.panel = settings_tab.install(self)
+        # The conversation's tool rows name an MCP tool's server, as the Settings tab's Tools group.
+        self.panel = settings_tab.install(self, tool_support_shown=self.conversation.set_tool_support)
         self.panel.ptt_key.setCurrentText(self.talk_key.key)
         self.panel.ptt_key_changed.connect(self.talk_key.set_key)
         self.server_panel = server.install(self)
         self.bench_panel = bench.install(self)
         self.assistant_panel = assistant.install(self)
         self.assistant_panel.conversation_cleared.connect(self.conversation.clear)
-        self.offers = onboarding.install(self, autoload)
+        # The device check's dropdowns list what the Settings tab's discovery found.
+        panel = self.panel
+        self.onboarding = onboarding.install(self, autoload=autoload,
+                                             audio_devices=lambda: (panel.inputs, panel.outputs))
+        self.offers = self.onboarding.offers
 
     # ------------------------------------------------------------------ window API
+    @property
+    def widget(self) -> QMainWindow:
+        """The window as a Qt widget (``WindowApi.widget``): itself."""
+        return self
+
+    @property
+    def interrupted(self) -> SignalInstance:
+        """The header's Interrupt (or Esc) cut the reply off."""
+        return self._signals.interrupted
+
+    @property
+    def config_requested(self) -> SignalInstance:
+        """``apply_config`` was asked to apply this config; the note says why (may be "")."""
+        return self._signals.config_requested
+
+    @property
+    def placements_shown(self) -> SignalInstance:
+        """The status line now shows the placements of this EngineSnapshot."""
+        return self._signals.placements_shown
+
     def add_tab(self, title: str, widget: QWidget) -> QWidget:
         """Add a tab showing ``widget`` and its View menu action (Ctrl+ its position);
         returns the tab's page (``pages[title]``)."""
@@ -147,6 +172,10 @@ class MainWindow(QMainWindow):
         action.triggered.connect(lambda _checked=False: self.tabs.setCurrentWidget(page))
         self.menus["view"].insertAction(self._view_tabs_end, action)
         return page
+
+    def show_tab(self, page: QWidget) -> None:
+        """Make ``page`` (returned by ``add_tab``) the current tab."""
+        self.tabs.setCurrentWidget(page)
 
     def add_file_action(self, action: QAction) -> None:
         """Add ``action`` to the File menu, above Quit."""
@@ -264,7 +293,7 @@ class MainWindow(QMainWindow):
         recording = self.recording_action = QAction("Converse with a recording…", self,
                                                     shortcut=QKeySequence("Ctrl+O"))
         recording.triggered.connect(self._choose_recording)
-        quit_action = QAction("Quit", self, shortcut=QKeySequence.StandardKey.Quit)
+        quit_action = QAction("Quit", self, shortcut=QKeySequence(QKeySequence.StandardKey.Quit))
         quit_action.triggered.connect(self.close)
         for action in (self.listen_action, interrupt, recording):
             file_menu.addAction(action)
@@ -401,12 +430,17 @@ class MainWindow(QMainWindow):
         self._feed.deliver(snap, self.tabs.currentWidget())
 
     # ------------------------------------------------------------------ closing
+    def restore_state(self) -> None:
+        """Geometry, the conversation/meters split and the tab of the last session
+        (``app.window.window_state``)."""
+        restore_window_state(self, self.chat.split, self.tabs, self.settings)
+
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         """Let the features close, stop the engine and join its threads, then close."""
         if not self.closed:
             self.closed = True
             self._timer.stop()
-            save_window_state(self, self.settings)
+            save_window_state(self, self.chat.split, self.tabs, self.settings)
             # Last installed, first closed: serving and benchmarking end before the
             # desktop engine, whose models their units share.
             for close in reversed(self._closing):

@@ -7,22 +7,26 @@ window then opens at its default size, split and tab.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtWidgets import QMainWindow, QSplitter, QTabWidget
 
 from app.core.saved_settings import set_ui_value, ui_value
 
 DEFAULT_SIZE = (1280, 800)
 
 
-def save_window_state(window, settings) -> None:
-    """Remember ``window``'s geometry, splitter and tab in ``settings``."""
+def save_window_state(window: QMainWindow, split: QSplitter, tabs: QTabWidget, settings: QSettings) -> None:
+    """Remember ``window``'s geometry, the ``split`` state and the current tab of ``tabs``
+    in ``settings``."""
     set_ui_value(settings, "geometry", window.saveGeometry())
-    set_ui_value(settings, "splitter", window.split.saveState())
-    set_ui_value(settings, "tab", window.tabs.currentIndex())
+    set_ui_value(settings, "splitter", split.saveState())
+    set_ui_value(settings, "tab", tabs.currentIndex())
 
 
-def restore_window_state(window, settings) -> None:
-    """Put ``window`` back as it was saved; defaults for what was not (or is damaged)."""
+def restore_window_state(window: QMainWindow, split: QSplitter, tabs: QTabWidget,
+                         settings: QSettings) -> None:
+    """Put ``window``, ``split`` and ``tabs`` back as saved; defaults for what was not (or
+    is damaged)."""
     geometry = settings.value("ui/geometry")
     try:
         restored = geometry is not None and window.restoreGeometry(geometry)
@@ -30,17 +34,17 @@ def restore_window_state(window, settings) -> None:
         restored = False
     if not restored:
         window.resize(*DEFAULT_SIZE)
-    split = settings.value("ui/splitter")
-    if split is not None:
+    saved = settings.value("ui/splitter")
+    if saved is not None:
         # After the window is shown and laid out at its restored size: a splitter restored
         # earlier is squeezed to the widgets' first, smaller size.
-        QTimer.singleShot(0, window.split, lambda: _restore_split(window.split, split))
+        QTimer.singleShot(0, split, lambda: _restore_split(split, saved))
     tab = ui_value(settings, "tab", 0)
-    if 0 <= tab < window.tabs.count():
-        window.tabs.setCurrentIndex(tab)
+    if 0 <= tab < tabs.count():
+        tabs.setCurrentIndex(tab)
 
 
-def _restore_split(split, state) -> None:
+def _restore_split(split: QSplitter, state) -> None:
     try:
         split.restoreState(state)
     except TypeError:  # not a byte array at all

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QMainWindow, QMenu
 
 from app.core.bridge import EventBridge
 from app.core.controller import EngineController
-from app.onboarding.computer_check import ComputerCheckDialog, install, live_qt, open_computer_check
+from app.onboarding.computer_check import ComputerCheckDialog, install, live_qt
 from engine.config import EngineConfig
 from engine.doctor.readings import AudioScan
 from engine.doctor.run import SECTIONS
@@ -25,12 +25,16 @@ WAIT_MS = 20_000
 
 
 class _Window(QMainWindow):
-    """What ``install`` needs of MainWindow: a Help menu and a controller."""
+    """What ``install`` needs of MainWindow (``WindowApi``): a Help menu and a controller."""
 
     def __init__(self, controller) -> None:
         super().__init__()
         self.controller = controller
         self.menus = {"help": self.menuBar().addMenu("&Help")}
+
+    @property
+    def widget(self) -> QMainWindow:
+        return self
 
 
 @pytest.fixture
@@ -56,17 +60,17 @@ def test_the_help_action_opens_the_report_checked_off_the_gui_thread(qtbot, cont
     window = _Window(controller)
     qtbot.addWidget(window)
     probes = dataclasses.replace(healthy_probes(), cpu=cpu)
-    action = install(window, probes)
-    assert install(window, probes) is action
+    check = install(window, probes)
     help_menu: QMenu = window.menus["help"]
     assert [a.text() for a in help_menu.actions()] == ["Check this computer…"]
+    assert check.dialog is None
 
-    action.trigger()
-    dialog = window.computer_check_dialog
+    check.action.trigger()
+    dialog = check.dialog
     assert isinstance(dialog, ComputerCheckDialog) and dialog.isVisible()
     assert dialog.checking and dialog.report is None  # the GUI thread did not wait for it
     assert "Checking this computer" in dialog.status.text() and not dialog.copy.isEnabled()
-    assert open_computer_check(window) is dialog  # raised, not a second one
+    assert check.open() is dialog  # raised, not a second one
     release.set()
     qtbot.waitUntil(lambda: dialog.report is not None, timeout=WAIT_MS)
     assert threads and threads[0] is not threading.main_thread()
@@ -79,7 +83,7 @@ def test_the_help_action_opens_the_report_checked_off_the_gui_thread(qtbot, cont
     copied = json.loads(QGuiApplication.clipboard().text())
     assert [s["key"] for s in copied["sections"]] == list(SECTIONS) and copied["problems"] == []
     dialog.reject()
-    assert window.computer_check_dialog is None
+    assert check.dialog is None
     qtbot.waitUntil(lambda: not _lane_threads(), timeout=WAIT_MS)
 
 

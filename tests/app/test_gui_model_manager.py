@@ -172,20 +172,36 @@ def test_every_control_has_a_name_and_a_tab_stop(qtbot, caches):
     dialog.done(0)
 
 
-def test_install_adds_models_to_the_file_menu_once(qtbot, caches):
-    window = QMainWindow()
+class _Window(QMainWindow):
+    """What ``install`` needs of MainWindow (``WindowApi``): a File menu with Quit, no engine."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.controller = None
+        self.file_menu = QMenu("File", self)
+        self.file_menu.addAction("History")
+        self._quit_separator = self.file_menu.addSeparator()
+        self.file_menu.addAction("Quit")
+
+    @property
+    def widget(self) -> QMainWindow:
+        return self
+
+    def add_file_action(self, action) -> None:
+        self.file_menu.insertAction(self._quit_separator, action)
+
+
+def test_install_adds_models_to_the_file_menu(qtbot, caches):
+    window = _Window()
     qtbot.addWidget(window)
-    file_menu = QMenu("File", window)
-    file_menu.addAction("History")
-    file_menu.addSeparator()
-    file_menu.addAction("Quit")
-    window.menus = {"file": file_menu}
-    window.controller = None
-    first = install(window)
-    assert install(window) is first
-    names = [a.text() for a in file_menu.actions()]
+    models = install(window)
+    names = [a.text() for a in window.file_menu.actions()]
     assert names.count("Models…") == 1 and names.index("Models…") < names.index("Quit")
-    first.trigger()
-    qtbot.waitUntil(lambda: window.model_manager.scan is not None, timeout=10000)
-    assert window.model_manager.isVisible()
-    window.model_manager.done(0)
+    assert models.dialog is None
+    models.action.trigger()
+    dialog = models.dialog
+    assert dialog is not None
+    qtbot.waitUntil(lambda: dialog.scan is not None, timeout=10000)
+    assert dialog.isVisible()
+    assert models.show() is dialog  # raised, not a second one
+    dialog.done(0)

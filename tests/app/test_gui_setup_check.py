@@ -12,8 +12,7 @@ from PySide6.QtWidgets import (QAbstractButton, QComboBox, QDialog, QLineEdit, Q
 from app.core.bridge import EventBridge
 from app.core.controller import EngineController
 from app.core.saved_settings import ui_value
-from app.onboarding.device_check import (FIRST_RUN_KEY, SetupCheckDialog, first_run_due, install,
-                                         open_setup_check)
+from app.onboarding.device_check import FIRST_RUN_KEY, SetupCheckDialog, first_run_due, install
 from engine.audio.file_sink import FileSink
 from engine.audio.file_source import FileSource
 from engine.config import EngineConfig
@@ -211,32 +210,35 @@ def test_every_interactive_widget_has_a_name_and_a_tab_stop(qtbot, controller, g
 
 
 class _Window(QMainWindow):
-    """What ``install`` needs of MainWindow: menus, settings, a controller."""
+    """What ``install`` needs of MainWindow (``WindowApi``): menus, settings, a controller."""
 
     def __init__(self, controller, settings) -> None:
         super().__init__()
         self.controller, self.settings = controller, settings
         self.menus = {"help": self.menuBar().addMenu("&Help")}
 
+    @property
+    def widget(self) -> QMainWindow:
+        return self
+
 
 def test_install_adds_the_help_action_once_and_pops_up_only_when_due(qtbot, controller,
                                                                     gui_settings):
     window = _Window(controller, gui_settings)
     qtbot.addWidget(window)
-    action = install(window)  # offscreen, and not loading: never by itself
-    assert install(window) is action
+    check = install(window)  # offscreen, and not loading: never by itself
     help_menu: QMenu = window.menus["help"]
     assert [a.text() for a in help_menu.actions()] == ["Check microphone and speaker…"]
     qtbot.wait(20)
-    assert window.setup_check_dialog is None
+    assert check.dialog is None
 
-    action.trigger()
-    dialog = window.setup_check_dialog
+    check.action.trigger()
+    dialog = check.dialog
     assert isinstance(dialog, SetupCheckDialog) and dialog.isVisible()
-    assert open_setup_check(window) is dialog  # raised, not a second one
+    assert check.open() is dialog  # raised, not a second one
     window.close()  # the window's close shuts the dialog's tests down
     dialog.reject()
-    assert window.setup_check_dialog is None
+    assert check.dialog is None
 
     fresh = type(gui_settings)(gui_settings.fileName() + ".2", gui_settings.format())
     assert first_run_due(fresh, True, env={}, platform="xcb")
@@ -249,9 +251,9 @@ def test_install_adds_the_help_action_once_and_pops_up_only_when_due(qtbot, cont
                                 (True, {}, True)):
         other = _Window(controller, fresh)
         qtbot.addWidget(other)
-        install(other, autoload, env=env, platform="xcb")
+        other_check = install(other, autoload=autoload, env=env, platform="xcb")
         qtbot.wait(20)
-        assert (other.setup_check_dialog is not None) is pops, (autoload, env)
-    other.setup_check_dialog.reject()
+        assert (other_check.dialog is not None) is pops, (autoload, env)
+    other_check.dialog.reject()
     assert ui_value(fresh, FIRST_RUN_KEY, False) is True  # offered once: not again
     assert not first_run_due(fresh, True, env={}, platform="xcb")

@@ -112,14 +112,12 @@ def test_view_theme_menu_switches_saves_and_repaints(qtbot, gui_settings, monkey
 
 
 def test_window_state_is_restored(qtbot, gui_settings, monkeypatch):
-    from app.window.window_state import restore_window_state
-
     first = MainWindow(EngineConfig(), gui_settings, autoload=False)
     qtbot.addWidget(first)
     first.resize(1100, 700)
     first.show()
-    first.split.setSizes([500, 600])
-    left, right = first.split.sizes()[:2]  # the timers column (app.tools) is hidden: none set
+    first.chat.split.setSizes([500, 600])
+    left, right = first.chat.split.sizes()[:2]  # the timers column (app.tools) is hidden: none set
     first.tabs.setCurrentIndex(2)
     saved_geometry = first.saveGeometry()
     first.close()
@@ -131,7 +129,7 @@ def test_window_state_is_restored(qtbot, gui_settings, monkeypatch):
     restored = []
     real = second.restoreGeometry
     monkeypatch.setattr(second, "restoreGeometry", lambda g: restored.append(bytes(g)) or real(g))
-    restore_window_state(second, gui_settings)
+    second.restore_state()
     second.show()
     try:
         assert restored == [bytes(saved_geometry)]
@@ -139,7 +137,7 @@ def test_window_state_is_restored(qtbot, gui_settings, monkeypatch):
         # The split comes back in proportion (the window may be narrower than before),
         # laid out once its tab is shown.
         second.tabs.setCurrentIndex(0)
-        qtbot.waitUntil(lambda: abs(second.split.sizes()[0] / sum(second.split.sizes())
+        qtbot.waitUntil(lambda: abs(second.chat.split.sizes()[0] / sum(second.chat.split.sizes())
                                     - left / (left + right)) < 0.02, timeout=3000)
     finally:
         second.close()
@@ -151,9 +149,7 @@ def test_a_damaged_window_state_is_ignored(qtbot, gui_settings):
     gui_settings.setValue("ui/tab", "17")
     window = MainWindow(EngineConfig(), gui_settings, autoload=False)
     qtbot.addWidget(window)
-    from app.window.window_state import restore_window_state
-
-    restore_window_state(window, gui_settings)
+    window.restore_state()
     assert window.tabs.currentIndex() == 0
     assert window.width() >= 1024
     window.close()
