@@ -1,7 +1,9 @@
 """First run: fetch the hub models Parley prefers, or say that the bundled ones are in use.
 
 ``offline_notice`` is the line the main window shows while a stage runs on a bundled
-offline model. ``hub_downloads`` lists what would replace them, and
+offline model. ``hub_downloads`` lists what would replace them (the model ``auto`` picked
+by budget where the machine is calibrated, else its default by name), each with its row
+(``app.onboarding.offer_rows``: download size, expected latency here, what it adds), and
 ``ModelDownloadDialog`` downloads that into the standard Hugging Face cache (where the
 backends look first) in the background, showing size, speed and time left, with a
 Cancel button that stops the transfer: between files, and inside a file at the next
@@ -20,13 +22,18 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget)
 
 from app.core.background import Command, JobKind, Outcome, SerialLane, Task
 from app.core.display import bundled_name
+from app.onboarding.offer_rows import OfferRow, offer_row
 from engine.runtime.model_cache import human_bytes
+
+if TYPE_CHECKING:
+    from huggingface_hub import DryRunFileInfo
 
 STAGE_LABELS = {"vad": "voice detection", "stt": "speech recognition", "llm": "language model",
                 "tts": "voice"}
@@ -50,6 +57,7 @@ class HubDownload:
     stage: str
     repo_id: str
     patterns: tuple[str, ...] | None  # None: the whole repo
+    offer: OfferRow | None = None  # size, expected latency, what it adds (None: not known)
 
     @property
     def label(self) -> str:
@@ -88,12 +96,17 @@ def hub_downloads(placements: Iterable) -> list[HubDownload]:
     for p in placements:
         if not p.bundled or p.stage == "vad":
             continue
-        hub = p.spec.hub_model(p.device.kind)
+        choice = p.choice
+        picked = (choice is not None and choice.chosen is not None and choice.how == "budget"
+                  and choice.chosen.build.backend == p.backend
+                  and choice.chosen.build.device_kind == p.device.kind)
+        hub = choice.model if picked and choice is not None else p.spec.hub_model(p.device.kind)
         if not hub:
             continue
         repo, _, path = hub.partition(":")
         patterns = (path, path + ".json") if path else HUB_PATTERNS.get(p.backend)
-        out.append(HubDownload(p.stage, repo, patterns))
+        offer = offer_row(p.stage, hub, p.device.kind, choice, current=p.model)
+        out.append(HubDownload(p.stage, repo, patterns, offer))
     return out
 
 
@@ -179,7 +192,7 @@ class _Transfer(Command):
             def update(self, n=1):
                 if transfer.stopping:
                     raise DownloadCancelled()
-                transfer._add(n or 0)
+                transfer._add(int(n or 0))
                 return super().update(n)
 
         return CancellableBar
@@ -195,21 +208,23 @@ class _Transfer(Command):
             self._last_report = now
             self._report("advanced", self.done_bytes, *self._file)
 
-    def _snapshot(self, item: HubDownload, *, dry_run: bool):
-        """huggingface_hub's ``snapshot_download`` of ``item``, its file-count bars silenced."""
+    def _snapshot(self, item: HubDownload, *, dry_run: bool) -> list[DryRunFileInfo]:
+        """huggingface_hub's ``snapshot_download`` of ``item``, its file-count bars silenced;
+        a dry run's files to fetch (a real one's folder is not needed: none)."""
         from huggingface_hub import snapshot_download
-        from tqdm.std import tqdm
+        from tqdm.auto import tqdm  # the bar class huggingface_hub itself uses
 
         class QuietBar(tqdm):  # the snapshot's file-count bars: not for the terminal
             def __init__(self, *args, **kwargs):
                 kwargs.pop("name", None)
                 super().__init__(*args, **{**kwargs, "file": io.StringIO()})
 
-        return snapshot_download(item.repo_id, allow_patterns=list(item.patterns or []) or None,
-                                 cache_dir=self.cache_dir, endpoint=self.endpoint,
-                                 dry_run=dry_run, tqdm_class=QuietBar)
+        got = snapshot_download(item.repo_id, allow_patterns=list(item.patterns or []) or None,
+                                cache_dir=self.cache_dir, endpoint=self.endpoint,
+                                dry_run=dry_run, tqdm_class=QuietBar)
+        return got if isinstance(got, list) else []
 
-    def _plan(self) -> list[tuple[HubDownload, object]]:
+    def _plan(self) -> list[tuple[HubDownload, DryRunFileInfo]]:
         files = []
         for item in self.downloads:
             files += [(item, info) for info in self._snapshot(item, dry_run=True) if info.will_download]
@@ -264,7 +279,7 @@ class _Transfer(Command):
             handler(*args)
 
     def commit(self, outcome: Outcome) -> None:
-        state, message = (outcome.value if outcome.failure is None
+        state, message = (outcome.got() if outcome.failure is None
                           else (DownloadState.FAILED, outcome.failure.message))
         if self._on_ended is not None:
             self._on_ended(state, message)
@@ -324,7 +339,8 @@ class ModelDownloadDialog(QDialog):
     def _intro_text(self) -> str:
         if not self.downloads:
             return "Every model Parley needs is already here."
-        rows = "".join(f"<li>{d.label}</li>" for d in self.downloads)
+        rows = "".join(f"<li>{d.offer.html(d.label) if d.offer else d.label}</li>"
+                       for d in self.downloads)
         return ("Parley will download these models from the Hugging Face hub into its cache "
                 f"(once; later starts read them from disk):<ul>{rows}</ul>")
 

@@ -1,24 +1,30 @@
 """What the window offers about its models: larger ones to download while bundled ones
 run (the status line's "Get larger models…", and the offline notice in the stack badge's
-tooltip), and, after a model failed to load, loading that stage on another usable device
-(the banner's button)."""
+tooltip, with what ``auto`` picked by budget, why and the runner-up), and, after a model
+failed to load, loading that stage on another usable device (the banner's button)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtWidgets import QPushButton
 
 from app.onboarding.downloads import ModelDownloadDialog, hub_downloads, offline_notice
 from app.onboarding.load_recovery import other_devices
+from app.onboarding.offer_rows import choice_lines
 from engine.backends import BackendRegistry
 from engine.errors import ModelLoadError, ParleyError
+
+if TYPE_CHECKING:
+    from app.core.window_api import WindowApi
 
 
 class ModelOffers(QObject):
     """The offers of ``window`` (see the module doc), kept in step with its placements."""
 
-    def __init__(self, window) -> None:
-        super().__init__(window)
+    def __init__(self, window: WindowApi) -> None:
+        super().__init__(window.widget)
         self.window = window
         self.downloads: list = []  # the HubDownloads that would replace the bundled models
         self.devices: list = []  # discovery's DeviceInfos
@@ -36,16 +42,19 @@ class ModelOffers(QObject):
         self.devices = list(devices)
 
     def _placements_shown(self, snap) -> None:
-        notice = offline_notice(snap.placements)
-        self.window.stage_status.set_notice(notice)
         engine = self.window.controller.engine
-        self.downloads = hub_downloads(engine.placements.values()) if engine is not None else []
+        placements = list(engine.placements.values()) if engine is not None else []
+        # What auto picked by budget, why and the runner-up (or that nothing is measured).
+        picked = "\n".join(choice_lines(placements))
+        notice = "\n\n".join(x for x in (offline_notice(snap.placements), picked) if x) or None
+        self.window.stage_status.set_notice(notice)
+        self.downloads = hub_downloads(placements)
         self.models_button.setVisible(bool(self.downloads))
         self.models_button.setToolTip(notice or "")
 
     def download(self) -> None:
         """Fetch the hub models that would replace the bundled ones, then load them."""
-        dialog = ModelDownloadDialog(self.downloads, self.window)
+        dialog = ModelDownloadDialog(self.downloads, self.window.widget)
         dialog.finished_download.connect(lambda ok: ok and self._reload())
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.open()
@@ -60,7 +69,7 @@ class ModelOffers(QObject):
         if not isinstance(error, ModelLoadError):
             return
         choices = other_devices(error, self.devices, self.backends)
-        if not choices or self.window.requested_config is None:
+        if not choices:
             return
         stage, device = error.stage, choices[0]
 

@@ -24,7 +24,9 @@ class BackendSpec:
     requires: tuple[str, ...]  # import names that must be installed
     extra: str  # the pip extra that installs them
     devices: tuple[str, ...]  # device kinds it runs on, best first
-    hub_models: dict[str, str] = field(default_factory=dict)  # device kind -> hub default
+    # device kind -> hub default: auto's pick by name, kept until the machine is calibrated;
+    # then auto picks from resources/ladder.toml by budget (engine/runtime/stack_choice.py).
+    hub_models: dict[str, str] = field(default_factory=dict)
     description: str = ""
 
     def missing_package(self) -> str | None:
@@ -62,6 +64,7 @@ class BackendSpec:
         return None if model is None else str(model)
 
     def hub_model(self, device_kind: str) -> str | None:
+        """The hub default on ``device_kind`` (auto's pick by name), or None."""
         return self.hub_models.get(device_kind) or self.hub_models.get("*")
 
 

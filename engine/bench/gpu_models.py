@@ -1,6 +1,7 @@
 """The hub defaults of a device, built with random weights for ``make gpu-check``.
 
-``engine.bench.random_weights`` builds Whisper large-v3-turbo and SmolLM2-360M; the GPU
+``engine.bench.random_weights`` builds Whisper large-v3-turbo and SmolLM2-360M (here also
+converted for CTranslate2, ``build_ct2_whisper``: faster-whisper is the default STT); the GPU
 check needs what ``auto`` would load on the device checked: the transformers LLM's hub
 default for that device kind (``Qwen/Qwen3-4B-Instruct-2507`` on CUDA, SmolLM2-360M on a
 CPU, as ``engine/backends/__init__.py`` declares them) and Kokoro-82M. Each is built from
@@ -65,7 +66,8 @@ def _drawn_on(device: str):
     return torch.device(device) if device.startswith("cuda") else nullcontext()
 
 
-def _release(device: str) -> None:
+def release(device: str) -> None:
+    """Collect what was freed and, on CUDA, give its cached memory back."""
     import gc
 
     import torch
@@ -79,7 +81,7 @@ def build_whisper(folder: Path, layers: int | None, device: str = "cpu") -> Path
     """Whisper large-v3-turbo (``engine.bench.random_weights``), drawn on ``device``."""
     with _drawn_on(device):
         build_random_whisper(folder, layers)
-    _release(device)
+    release(device)
     return folder
 
 
@@ -90,8 +92,36 @@ def build_llm(folder: Path, name: str, layers: int | None, device: str = "cpu",
     weights are drawn on the GPU and its memory given back afterwards."""
     built = build_random_causal_lm(folder, name, layers, seed, dtype="bfloat16",
                                    drawn_on=_drawn_on(device))
-    _release(device)
+    release(device)
     return built
+
+
+#: The CTranslate2 compute type ``auto`` gives faster-whisper per device kind.
+CT2_COMPUTE = {"cuda": "float16", "cpu": "int8"}
+
+
+def build_ct2_whisper(source: Path, layers: int | None = None) -> Path:
+    """The random Whisper in ``source`` converted for CTranslate2 (what faster-whisper, the
+    default STT on CUDA and on a CPU, loads), in ``source``'s sibling ``NAME-ct2``, once.
+    Stored in float16; the backend picks the compute type when it loads."""
+    target = source.with_name(f"{source.name}-ct2")
+    if is_built(target):
+        return target
+    import ctranslate2
+
+    converter = ctranslate2.converters.TransformersConverter(str(source), copy_files=["tokenizer.json"])
+    converter.convert(str(target), quantization="float16", force=True)
+    # faster-whisper reads the mel bins (128 for large-v3) from preprocessor_config.json;
+    # transformers 5 saves the feature extractor inside processor_config.json instead.
+    features = source / "preprocessor_config.json"
+    if features.is_file():
+        values = json.loads(features.read_text(encoding="utf-8"))
+    else:
+        processor = json.loads((source / "processor_config.json").read_text(encoding="utf-8"))
+        values = processor["feature_extractor"]
+    (target / "preprocessor_config.json").write_text(json.dumps(values, indent=2), encoding="utf-8")
+    mark_built(target, f"{WHISPER}-ct2", layers)
+    return target
 
 
 def kokoro_values(layers: int | None = None) -> dict:

@@ -1,4 +1,4 @@
-"""Real-sized models with random weights, for ``parley-cli bench --layouts --weights random``.
+"""Real-sized models with random weights, for ``parley-cli bench --weights random``.
 
 A benchmark of where the stages run needs the real architectures, not their knowledge:
 Whisper large-v3-turbo and SmolLM2-360M-Instruct are built here from their published
@@ -12,6 +12,12 @@ Tokenizers come from the bundled offline stack (the faster-whisper tiny.en token
 the bundled SmolLM2-135M's): they only need to turn ids into text. ``layers`` shrinks a
 model (every other size stays real) for tests. Models are written once into
 ``~/.cache/parley/random/`` (or the folder given) and reused.
+
+Each model is built for the runtime a machine would run it on: transformers (the first
+builders below, for ``--layouts``), CTranslate2 for Whisper (``build_random_ct2_whisper``:
+the int8 ``model.bin`` written straight from the config, ``engine.runtime.kernels``) and
+onnxruntime-genai for the LLM (``random_onnx_llm``: the random transformers folder, which
+the onnx-genai backend converts to int4 on first load, as it does a downloaded model).
 """
 
 from __future__ import annotations
@@ -190,6 +196,46 @@ def build_random_causal_lm(folder: Path, name: str, layers: int | None, seed: in
     _copy_tokenizer(folder)
     mark_built(folder, name, layers)
     return folder
+
+
+def build_random_ct2_whisper(folder: Path, name: str = WHISPER, layers: int | None = None,
+                             seed: int = 0) -> Path:
+    """The Whisper of ``resources/hub_configs/NAME`` with random int8 weights in CTranslate2's
+    format (what faster-whisper loads), with the bundled tiny.en tokenizer. ``layers``:
+    encoder and decoder layers each, for tests."""
+    if is_built(folder):
+        return folder
+    from engine.runtime.kernels import write_ct2_whisper
+
+    values = hub_config(name)
+    write_ct2_whisper(folder, values, encoder_layers=layers, decoder_layers=layers,
+                      tokenizer=_bundled_whisper_tokenizer(), seed=seed)
+    mark_built(folder, name, layers)
+    return folder
+
+
+def random_folder(name: str, layers: int | None, root: Path | None = None, *,
+                  runtime: str = "") -> Path:
+    """Where the random model of hub config ``name`` (``runtime``: its format when not
+    transformers) with ``layers`` is built under ``root``."""
+    suffix = ("" if layers is None else f"-{layers}layers") + (f"-{runtime}" if runtime else "")
+    return (root or cache_root()) / f"{name}{suffix}"
+
+
+def native_overrides(stt: str = WHISPER, llm: str = LLM, layers: int | None = None,
+                     root: Path | None = None, build: bool = True) -> dict[str, str]:
+    """The settings that place random models on the CPU runtimes a machine gets: Whisper
+    ``stt`` on faster-whisper (CTranslate2 int8), the LLM ``llm`` on onnx-genai (converted
+    to int4 by the backend on its first load, then cached). Built first unless ``build``
+    is false."""
+    stt_folder = random_folder(stt, layers, root, runtime="ct2")
+    llm_folder = random_folder(llm, layers, root)
+    if build:
+        build_random_ct2_whisper(stt_folder, stt, layers)
+        build_random_causal_lm(llm_folder, llm, layers)
+    # dtype auto: int8 for CTranslate2 on a CPU, int4 for onnx-genai (the ladder's builds).
+    return {"stt.backend": "faster-whisper", "stt.model": str(stt_folder), "stt.dtype": "auto",
+            "llm.backend": "onnx-genai", "llm.model": str(llm_folder), "llm.dtype": "auto"}
 
 
 def random_overrides(layers: int | None = None, root: Path | None = None,

@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.cli.confirm import add_privacy_arguments  # light: --private, --yes
 
     add_privacy_arguments(conv, turns="the turns")
+    from engine.cli.ask import add_language_argument  # light: argparse only
+
+    add_language_argument(conv, "the recording's speech")
     add_config_flags(conv)
 
     dev = sub.add_parser("devices", help="list compute devices, remote servers and sound cards")
@@ -68,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
                                          "(`bench serve --help`: the realtime server; `bench lost-turns`: "
                                          "it stressed for lost turns; `bench turn-taking`: "
                                          "end-of-turn modes on real speech; `bench llm-runtimes`: "
-                                         "CPU LLM runtimes side by side; "
+                                         "CPU LLM runtimes side by side; `bench language`: "
+                                         "language detection and WER per language; "
                                          "`bench --quality --help`: STT word error rate and "
                                          "answers on the spoken test set)")
     bench.add_argument("input", help="recording streamed at real time")
@@ -109,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.cli.tls import add_tls_parser  # light: ssl and cryptography load to run it
 
     add_tls_parser(sub)
+    from engine.cli.calibrate import add_calibrate_parser  # light: measures only when run
+
+    add_calibrate_parser(sub)
     from engine.cli.doctor import add_doctor_parser  # light: the checks import their libraries when run
 
     add_doctor_parser(sub, add_config_flags)
@@ -126,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         from engine.bench.lost_turns import main as bench_lost_turns
 
         return bench_lost_turns(argv[2:], add_config_flags)
+    if argv[:2] == ["bench", "calibration"]:  # the calibration against random-weight runs
+        from engine.bench.calibration_check import main as bench_calibration
+
+        return bench_calibration(argv[2:])
     if argv[:2] == ["bench", "llm-runtimes"]:  # CPU LLM runtimes side by side
         from engine.bench.llm_runtimes import main as bench_llm_runtimes
 
@@ -134,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         from engine.bench.turn_taking import main as bench_turn_taking
 
         return bench_turn_taking(argv[2:], add_config_flags)
+    if argv[:2] == ["bench", "language"]:  # language detection and WER per language
+        from engine.bench.language import main as bench_language
+
+        return bench_language(argv[2:], add_config_flags)
     if argv[:2] == ["bench", "serve"]:  # its own parser; `bench INPUT` is unchanged
         from engine.bench.serve import main as bench_serve
 
@@ -146,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
         from engine.bench.lab import main as bench_layouts  # INPUT... through each layout
 
         return bench_layouts(argv[1:], add_config_flags)
+    if argv[:1] == ["bench"] and any(a == "--weights" or a.startswith("--weights=") for a in argv):
+        from engine.bench.random_stack import main as bench_random  # the stack a machine gets
+
+        return bench_random(argv[1:], add_config_flags)
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(name)s: %(message)s", stream=sys.stderr)
@@ -196,6 +215,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from engine.cli.doctor import run_doctor
 
         return run_doctor(args, config_from_args(args))
+    if args.command == "calibrate":
+        from engine.cli.calibrate import run_calibrate
+
+        return run_calibrate(args)
     if args.command == "tls":
         from engine.cli.tls import run_tls
 

@@ -2,7 +2,7 @@
 machine and what to do about each problem.
 
 One module per group of checks (``python_env``, ``machine``, ``cuda``, ``backends``,
-``sound``, ``desktop``, ``hub``, ``placement``), each check a function of ``Probes``
+``sound``, ``desktop``, ``hub``, ``placement``, ``stack``), each check a function of ``Probes``
 (``engine.doctor.probes``: the machine, replaceable in tests) returning a ``Section``
 (``engine.doctor.report``); ``engine.doctor.run.run_checks`` runs them all into a
 ``Report``, shown as text or as JSON for bug reports. No model is loaded; Qt is never

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 from engine.config import EngineConfig
 from engine.doctor.hub import HubAnswer
+from engine.doctor.probes import Probes
 from engine.doctor.report import Finding, Section, info, ok, problem
 from engine.errors import ParleyError
 from engine.runtime.devices import DeviceInfo
@@ -28,11 +29,13 @@ class _AnsweredHub(HubStatus):
         return bool(self._answer.reachable)
 
 
-def choose_placements(config: EngineConfig, devices: list[DeviceInfo],
-                      answer: HubAnswer) -> dict[str, Placement] | ParleyError:
-    """The placements a load of ``config`` would use here, or the error it would stop with."""
+def choose_placements(config: EngineConfig, devices: list[DeviceInfo], answer: HubAnswer,
+                      probes: Probes | None = None) -> dict[str, Placement] | ParleyError:
+    """The placements a load of ``config`` would use here (sized by ``probes``'
+    calibration), or the error it would stop with."""
+    calibration = probes.calibration if probes is not None else None
     try:
-        return resolve_placements(config, devices, hub=_AnsweredHub(answer))
+        return resolve_placements(config, devices, hub=_AnsweredHub(answer), calibration=calibration)
     except ParleyError as exc:
         return exc
 

@@ -22,6 +22,8 @@ from engine.doctor import system as real
 from engine.doctor.readings import (AudioScan, CommandOutput, CpuReading, Ct2Reading, MacReading,
                                     MlxReading, NvidiaSmi, OrtReading, QtAnswer, TorchReading)
 from engine.runtime.devices import DeviceInfo, discover_devices
+from engine.runtime.ladder import Ladder, load_ladder
+from engine.runtime.placement import CalibrationOf, machine_calibration
 
 
 def _import(name: str) -> ModuleType:
@@ -71,6 +73,10 @@ class Probes:
     ort: Callable[[], OrtReading | None] = real.read_ort
     mlx: Callable[[], MlxReading | None] = real.read_mlx
     devices: Callable[[], list[DeviceInfo]] = discover_devices  # what placement chooses among
+    #: The model ladder and this machine's cached calibration of a device kind (None: not
+    #: measured), what ``auto`` sizes the models by.
+    ladder: Callable[[], Ladder] = load_ladder
+    calibration: CalibrationOf = machine_calibration
     #: Sound and the desktop.
     audio: Callable[[EngineConfig], AudioScan] = real.scan_audio
     qt: Callable[[Mapping[str, str]], QtAnswer | None] = real.start_qt

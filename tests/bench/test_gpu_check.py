@@ -44,7 +44,10 @@ def test_without_cuda_it_stops_and_names_what_it_would_run(monkeypatch, capsys, 
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     for named in ("whisper-large-v3-turbo", "Qwen3-4B-Instruct-2507", "Kokoro-82M", "cuda:0",
                   "torch.cuda.mem_get_info", "all-on-gpu", "stt-on-cpu", "stage-per-gpu",
-                  "host<->device", str(out / "gpu_check.json"), "--device cpu"):
+                  "host<->device", str(out / "gpu_check.json"), "--device cpu",
+                  # The default CUDA path: faster-whisper on CTranslate2 and the default LLM.
+                  "faster-whisper on CTranslate2 (float16", "at the fitted 10 s and the full 30 s window",
+                  "Qwen3-4B-Instruct-2507 on the transformers backend"):
         assert named in err, named
     assert not (out / "gpu_check.json").exists()
 
@@ -258,7 +261,11 @@ def test_the_whole_flow_on_the_cpu(tmp_path, capsys):
     pytest.importorskip("kokoro")
     pytest.importorskip("matplotlib")
     doc = _run(tmp_path, "cpu", "--layers", "1", "--max-new-tokens", "4")
-    assert doc["device"] == "cpu" and set(doc["phases_s"]) == {"build", "vram", "layouts", "transfers"}
+    assert doc["device"] == "cpu" and set(doc["phases_s"]) == {"build", "vram", "layouts",
+                                                               "default-path", "transfers"}
+    stt = doc["default_path"]["stt"]
+    assert (stt["backend"], stt["actual_device"]) == ("faster-whisper", "cpu")
+    assert stt["compute_type"].startswith("int8")
     assert [m["stage"] for m in doc["vram"]["models"]] == ["stt", "llm", "tts"]
     for model in doc["vram"]["models"]:
         assert model["actual_device"] == "cpu" and model["weights_bytes"] > 10 * 2**20
@@ -270,7 +277,8 @@ def test_the_whole_flow_on_the_cpu(tmp_path, capsys):
     assert doc["checks"] and all(c["ok"] for c in doc["checks"])
     assert doc["models"]["llm"]["config"] == "resources/hub_configs/smollm2-360m-instruct/config.json"
     out = capsys.readouterr().out
-    assert "VRAM while loading" in out and "checks: 3 of 3 passed" in out
+    assert "VRAM while loading" in out and "checks: 5 of 5 passed" in out
+    assert "stt faster-whisper int8" in out
 
 
 @pytest.mark.slow
@@ -284,3 +292,6 @@ def test_the_check_on_cuda(tmp_path):
     assert all(c["ok"] for c in doc["checks"]), doc["checks"]
     assert {m["actual_device"] for m in doc["vram"]["models"]} == {"cuda:0"}
     assert all(m["mem_get_info"]["used_delta"] > 0 for m in doc["vram"]["models"])
+    stt, llm = doc["default_path"]["stt"], doc["default_path"]["llm"]
+    assert (stt["compute_type"], stt["actual_device"]) == ("float16", "cuda:0")
+    assert llm["actual_device"] == "cuda:0"

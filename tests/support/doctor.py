@@ -62,6 +62,7 @@ def healthy_probes() -> Probes:
         ort=lambda: OrtReading("1.22.0", ("CUDAExecutionProvider", "CPUExecutionProvider")),
         mlx=lambda: None,
         devices=healthy_devices,
+        calibration=lambda kind: None,  # not measured: auto keeps its defaults by name
         audio=lambda config: AudioScan("PortAudio V19.7.0", "", (MIC,), (SPEAKER,),
                                        (ConfiguredDevice("input", "default", MIC.label),
                                         ConfiguredDevice("output", "default", SPEAKER.label))),
