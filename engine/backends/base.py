@@ -124,6 +124,17 @@ class SttResult:
     #: the fitted window's decode that was set aside for its doubt, when the 30 s window
     #: heard something else). The learned end of turn scores every reading.
     other_readings: tuple[str, ...] = ()
+    #: The language of ``text`` (a Whisper code), where the model says: the one asked for,
+    #: or the one it detected; None where unknown (a remote server's).
+    language: str | None = None
+    #: Where the language was detected: each language's probability in this audio, the
+    #: most likely first (Whisper's language detection); empty where it was asked for.
+    language_probabilities: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def language_probability(self) -> float | None:
+        """The detected probability of ``language``; None where it was not detected."""
+        return dict(self.language_probabilities).get(self.language) if self.language else None
 
     @property
     def real_time_factor(self) -> float:
@@ -154,7 +165,9 @@ class SttModel(Backend, Protocol):
         return self.transcribe(audio, language, beam_size, fit_window_s)
 
     def check_language(self, language: str | None) -> None:
-        """ConfigError unless the model can transcribe ``language`` (None: detect)."""
+        """ConfigError unless the model can transcribe ``language`` (None: detect where
+        the model can, else its one language; ``auto``, ``stt.language``'s value: detect,
+        an error for a model that cannot, naming a multilingual one)."""
         ...
 
     def continues_transcripts(self) -> bool:
@@ -217,17 +230,25 @@ class GenerationOptions:
 
     max_new_tokens: int = 60
     temperature: float = 0.0
-    repetition_penalty: float = 1.0
-    no_repeat_ngram_size: int = 0
+    #: None: the model family's own (``engine.backends.llm.family``); a value: the user's.
+    repetition_penalty: float | None = 1.0
+    no_repeat_ngram_size: int | None = 0
     #: Functions offered to the model for this reply (none: a plain reply).
     tools: tuple[ToolSpec, ...] = ()
     tool_choice: ToolChoice = "auto"
 
     @classmethod
     def from_config(cls, config) -> GenerationOptions:
-        """The options of an ``LlmConfig``."""
-        return cls(config.max_new_tokens, config.temperature, config.repetition_penalty,
-                   config.no_repeat_ngram_size)
+        """The options of an ``LlmConfig``: an anti-repetition setting at its default
+        value is None, left to the model's family."""
+        defaults = type(config)()
+        return cls(config.max_new_tokens, config.temperature,
+                   _unless_default(config.repetition_penalty, defaults.repetition_penalty),
+                   _unless_default(config.no_repeat_ngram_size, defaults.no_repeat_ngram_size))
+
+
+def _unless_default(value, default):
+    return None if value == default else value
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,12 +21,14 @@ and never appears in a message, a log line or a report.
 from __future__ import annotations
 
 import http
+import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
@@ -390,6 +392,37 @@ def remote_error(endpoint: Endpoint, exc: BaseException, *, model: str | None = 
         detail = detail.replace(secret, "***")
     return make(f"{what} sent an answer Parley cannot read ({type(exc).__name__}: {detail}): is "
                 f"'{stage}.base_url' an OpenAI-compatible API?", "bad_response")
+
+
+def refused_field(exc: BaseException, sent: Sequence[str]) -> str | None:
+    """The request field a server's 400 answer to ``exc`` names, or None.
+
+    Servers say it in different places: OpenAI's ``error.param`` (or its message,
+    "Unrecognized request argument supplied: NAME"), a FastAPI/pydantic ``detail`` list
+    (``loc`` ``["body", NAME]``), vLLM's message quoting that list. The message is searched
+    for the names of the fields ``sent``, in their order, as whole words.
+    """
+    import openai
+
+    if not isinstance(exc, openai.APIStatusError):
+        return None
+    body = exc.body
+    if isinstance(body, dict):
+        param = body.get("param")
+        if isinstance(param, str) and param.strip():
+            return re.split(r"[.\[]", param.strip(), maxsplit=1)[0]
+        detail = body.get("detail")
+        for item in detail if isinstance(detail, list) else ():
+            loc = item.get("loc") if isinstance(item, dict) else None
+            if isinstance(loc, list | tuple) and len(loc) > 1 and loc[0] == "body":
+                return str(loc[1])
+    try:
+        text = exc.response.text
+    except Exception:  # noqa: BLE001 - a streamed body that cannot be read: only the parsed one
+        text = ""
+    text = f"{body if isinstance(body, str) else json.dumps(body, default=str)} {text}"
+    return next((name for name in sent if re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text)),
+                None)
 
 
 class Retrier:

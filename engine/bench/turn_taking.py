@@ -108,6 +108,25 @@ def commits_of(turns: list[TurnRecord], t0: float) -> list[Commit]:
             for t in turns if Mark.COMMITTED in t.marks and Mark.SPEECH_END in t.marks]
 
 
+#: What the LLM was asked per spoken turn (``LlmStage``: every request of the turn, its
+#: dropped speculative revisions' included), as the mode's totals are keyed.
+LLM_COSTS = {"requests": Figure.LLM_REQUESTS, "prompt_tokens": Figure.LLM_TURN_PROMPT_TOKENS,
+             "completion_tokens": Figure.LLM_TURN_COMPLETION_TOKENS}
+
+
+def llm_costs(turns: list[TurnRecord]) -> dict[str, float]:
+    """The sums of ``LLM_COSTS`` over the turns that asked the LLM, and their count."""
+    asked = [t for t in turns if Figure.LLM_REQUESTS in t.figures]
+    return {"turns": len(asked), **{key: sum(t.figures.get(figure, 0.0) for t in asked)
+                                    for key, figure in LLM_COSTS.items()}}
+
+
+def per_turn(costs: dict[str, float]) -> dict[str, float | None]:
+    """``llm_costs`` totals as means per turn (None with no turn)."""
+    n = costs["turns"]
+    return {key: (round(costs[key] / n, 2) if n else None) for key in LLM_COSTS}
+
+
 def signals_of(reference: Reference, records: list[dict], t0: float) -> list[dict]:
     """Each speculative revision's signals, with the reference place it stopped at."""
     rows = []
@@ -134,6 +153,7 @@ def measure(engines: list[tuple[str, Engine]], references: dict[str, Reference],
     scores = {label: Score() for label, _ in engines}
     per_recording = {label: {name: Score() for name in references} for label, _ in engines}
     signals: dict[str, list[dict]] = {label: [] for label, _ in engines}
+    costs = {label: dict.fromkeys(("turns", *LLM_COSTS), 0.0) for label, _ in engines}
     with RevisionLog() as revisions:
         for run in range(runs):
             for name, reference in references.items():
@@ -148,6 +168,8 @@ def measure(engines: list[tuple[str, Engine]], references: dict[str, Reference],
                     scores[label].add(score)
                     per_recording[label][name].add(score)
                     signals[label] += signals_of(reference, revisions.take(), t0)
+                    for key, value in llm_costs(turns).items():
+                        costs[label][key] += value
                     wait = f"{score.mean_wait_s:.2f} s" if score.waits else "-"
                     say(f"run {run + 1}/{runs} {label} {name}: {score.right}/{score.ends} ends "
                         f"({score.right_early} early), {score.cut} cut inside a sentence, "
@@ -155,7 +177,8 @@ def measure(engines: list[tuple[str, Engine]], references: dict[str, Reference],
     return {"runs": runs,
             "modes": [{"mode": label, **scores[label].as_dict(),
                        "recordings": {n: s.as_dict() for n, s in per_recording[label].items()},
-                       "signals": signals[label]} for label, _ in engines]}
+                       "signals": signals[label], "llm_per_turn": per_turn(costs[label])}
+                      for label, _ in engines]}
 
 
 def format_table(doc: dict, show_signals: bool = False) -> str:
@@ -172,6 +195,14 @@ def format_table(doc: dict, show_signals: bool = False) -> str:
                      f"{mode['cut_inside_sentence']:>4} {mode['split_between_sentences']:>6} "
                      f"{mode['missed_ends']:>7} {secs(mode['mean_wait_s']):>10} "
                      f"{secs(mode['median_wait_s']):>5} {secs(mode['max_wait_s']):>5}")
+    lines.append("")
+    lines.append("LLM per spoken turn (every request, dropped speculative ones included; "
+                 "tokens as the model reported them):")
+    for mode in doc["modes"]:
+        cost = mode.get("llm_per_turn") or {}
+        cells = ", ".join(f"{key.replace('_', ' ')} {'-' if cost.get(key) is None else cost[key]}"
+                          for key in LLM_COSTS)
+        lines.append(f"  {mode['mode']}: {cells}")
     if doc.get("other_processes_cpu") is not None:
         lines.append(f"other processes used {doc['other_processes_cpu']:.0%} of the cores "
                      "meanwhile (timings on a busy machine are slower)")

@@ -46,7 +46,7 @@ from engine.pipeline.messages import PLAIN_REPLY, EndOfStream, Message, SpeechSe
 from engine.pipeline.metrics import Metrics
 from engine.runtime.compute_gate import Urgency, get_compute_gate
 from engine.runtime.mlx_lock import waited_by_this_thread
-from engine.stages.end_of_turn.board import TurnEndBoard
+from engine.stages.end_of_turn.policy import EndOfTurnPolicy
 
 log = logging.getLogger("parley.stage")
 
@@ -66,6 +66,9 @@ class StageContext:
 
     ``config`` is the unit's current settings: stages read it per message, so a runtime
     change (``PipelineUnit.apply``) takes effect at the next message without a restart.
+    ``end_of_turn`` is the unit's end-of-turn policy (silence or learned: the board, the
+    scorers and the decision); this one has no audio model, so nothing commits early, and
+    the pipeline unit replaces it with one built on the shared models before it starts.
     """
 
     def __init__(self, unit: int, control: TurnControl, metrics: Metrics, events: EventHub,
@@ -76,21 +79,12 @@ class StageContext:
         self.events = events
         self.config = config  # replaced whole (one reference write), never mutated
         self.stopping = threading.Event()
-        self.turn_end = TurnEndBoard()  # learned end of turn: the signals of a turn in grace
         self.held = EventHold(control, self._release)
+        self.end_of_turn = EndOfTurnPolicy(unit, lambda: self.config, self.held.committed,
+                                           control.is_stale)
         #: How replies are made where a client's session differs from the settings (its
         #: tools, text-only replies); a typed turn's own ``ReplyRequest`` overrides it.
         self.reply = PLAIN_REPLY
-
-    def end_of_turn_moot(self, turn_id: int, generation: int) -> bool:
-        """Whether that revision's end-of-turn signals are no longer worth computing: the
-        turn was committed or the revision dropped, or other units' replies hold the CPU
-        past the time they had to start (``TurnEndBoard.scores_wanted``). A unit alone
-        always gets its signals, however long its own transcription took."""
-        if self.held.committed(turn_id) or self.control.is_stale(turn_id, generation):
-            return True
-        return (not self.turn_end.scores_wanted(turn_id, generation)
-                and get_compute_gate().others_ahead(self.unit))
 
     def fail_turn(self, turn_id: int) -> None:
         """End ``turn_id`` because a stage failed on it: drop its work in every stage now;

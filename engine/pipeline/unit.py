@@ -9,7 +9,7 @@ from typing import Any
 
 from engine.audio.base import AudioSink, AudioSource
 from engine.audio.echo import canceller_for
-from engine.backends.base import StageModels, model_of
+from engine.backends.base import LlmModel, StageModels, model_of
 from engine.config import EngineConfig
 from engine.pipeline.control import CancelReason, TurnControl
 from engine.pipeline.chat_history import ChatHistory
@@ -24,6 +24,7 @@ from engine.stages.stt_stage import SttStage
 from engine.stages.tts_stage import TtsStage
 from engine.stages.vad_stage import PartialSequence, VadStage
 from engine.stages.end_of_turn.board import AudioScorer
+from engine.stages.end_of_turn.policy import AudioModel, EndOfTurnPolicy
 
 
 class PipelineUnit:
@@ -35,9 +36,11 @@ class PipelineUnit:
 
     def __init__(self, unit: int, config: EngineConfig, models: StageModels,
                  source: AudioSource, sink: AudioSink, metrics: Metrics, events: EventHub,
-                 next_turn_id: Callable[[], int], turn_model=None,
-                 summarize_history: bool = True) -> None:
+                 next_turn_id: Callable[[], int], turn_model: AudioModel | None = None,
+                 summarize_history: bool = True, text_model: LlmModel | None = None) -> None:
         """``turn_model``: the shared end-of-turn audio model (``SmartTurn``), or None.
+        ``text_model``: the learned end of turn's own text-signal model (the bundled small
+        model, where ``turns.text_signal`` wants it with this reply LLM), or None.
         ``summarize_history`` False: this unit never summarises the turns its prompt no
         longer keeps, whatever ``llm.summarize_history`` says (a realtime client's unit)."""
         self.unit = unit
@@ -47,6 +50,11 @@ class PipelineUnit:
         self.sink = sink
         self.control = TurnControl()
         self.ctx = StageContext(unit, self.control, metrics, events, config)
+        # Built before the stages, which ask it (silence or learned, the scorers, the decision).
+        self.end_of_turn = EndOfTurnPolicy(unit, lambda: self.ctx.config, self.ctx.held.committed,
+                                           self.control.is_stale, audio_model=turn_model,
+                                           text_model=text_model, on_error=self._turn_scorer_failed)
+        self.ctx.end_of_turn = self.end_of_turn
         # A barged-in reply keeps, in the history, the words that were heard.
         self.chat_history = ChatHistory(heard=lambda turn: self.playback.heard_text(turn))
         self.control.on_cancel(self.chat_history.on_cancel)
@@ -68,12 +76,11 @@ class PipelineUnit:
         # By stage name, for ``apply``: each takes the model the registry loaded for its stage.
         self._models: dict[str, SourceStage[Any] | Stage[Any]] = {
             "vad": self.vad, "stt": self.stt, "llm": self.llm, "tts": self.tts}
-        self.turn_scorer = None
-        if turn_model is not None:
-            self.turn_scorer = AudioScorer(f"parley-u{unit}-turn", turn_model.probability,
-                                           self.ctx.turn_end, self._turn_scorer_failed,
-                                           self.ctx.end_of_turn_moot)
-            self.vad.audio_scorer = self.turn_scorer
+
+    @property
+    def turn_scorer(self) -> AudioScorer | None:
+        """The end-of-turn audio model's scorer, or None (learned end of turn unavailable)."""
+        return self.end_of_turn.audio_scorer
 
     @property
     def config(self) -> EngineConfig:
@@ -89,8 +96,7 @@ class PipelineUnit:
             raise
         for stage in self.stages:
             stage.start()
-        if self.turn_scorer is not None:
-            self.turn_scorer.start()
+        self.end_of_turn.start()
 
     def _turn_scorer_failed(self, message: str) -> None:
         self.ctx.events.emit(EngineError(self.unit, "turn", f"end-of-turn model failed: {message}; "
@@ -119,7 +125,9 @@ class PipelineUnit:
         now = time.perf_counter()
         if turn is None:
             turn = self._open_typed_turn(text, now)
-        self.llm.put(Transcript(turn, self.control.generation, text, True, now, request=request))
+        # Typed words are in the language set (stt.language; None with auto: unknown).
+        self.llm.put(Transcript(turn, self.control.generation, text, True, now, request=request,
+                                language=self.ctx.config.stt.spoken_language))
         return turn
 
     def speak(self, text: str, turn: int | None = None, *, ends_turn: bool = False) -> int:
@@ -206,7 +214,7 @@ class PipelineUnit:
         self.source.close()
         self.playback.cut()
         stuck = [s.name for s in self.stages if not s.join(timeout)]
-        if self.turn_scorer is not None and not self.turn_scorer.stop(timeout):
+        if not self.end_of_turn.stop(timeout):
             stuck.append("turn")
         self.sink.close()
         return stuck

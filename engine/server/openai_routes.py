@@ -48,6 +48,7 @@ from aiohttp import web
 from engine.audio.pcm import to_pcm16, wav_header
 from engine.backends.base import GenerationOptions, SttResult, TtsModel, model_of
 from engine.backends.voices import openai_voice
+from engine.config import AUTO_LANGUAGE
 from engine.errors import ParleyError
 from engine.runtime.compute_gate import Urgency, get_compute_gate
 from engine.runtime.placement import Placement
@@ -292,19 +293,28 @@ class OpenAiRoutes:
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 4096:
             raise ApiError(400, "'max_tokens' must be an integer from 1 to 4096", "invalid_value",
                            "max_tokens")
-        values = {}
-        for key, default, lo, hi in (("temperature", config.temperature, 0.0, 2.0),
-                                     ("repetition_penalty", config.repetition_penalty, 1.0, 3.0)):
+
+        def number(key: str, lo: float, hi: float) -> float | None:
             value = body.get(key)
-            value = default if value is None else value
+            if value is None:
+                return None
             if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
                 raise ApiError(400, f"'{key}' must be a number from {lo} to {hi}", "invalid_value", key)
-            values[key] = float(value)
-        ngram = body.get("no_repeat_ngram_size", config.no_repeat_ngram_size)
-        if isinstance(ngram, bool) or not isinstance(ngram, int) or not 0 <= ngram <= 20:
+            return float(value)
+
+        # Not in the body: the engine's settings (an anti-repetition one at its default is
+        # None there, the model family's to decide).
+        base = GenerationOptions.from_config(config)
+        temperature = number("temperature", 0.0, 2.0)
+        penalty = number("repetition_penalty", 1.0, 3.0)
+        ngram = body.get("no_repeat_ngram_size")
+        if ngram is not None and (isinstance(ngram, bool) or not isinstance(ngram, int)
+                                  or not 0 <= ngram <= 20):
             raise ApiError(400, "'no_repeat_ngram_size' must be an integer from 0 to 20",
                            "invalid_value", "no_repeat_ngram_size")
-        return GenerationOptions(limit, values["temperature"], values["repetition_penalty"], ngram)
+        return GenerationOptions(limit, base.temperature if temperature is None else temperature,
+                                 base.repetition_penalty if penalty is None else penalty,
+                                 base.no_repeat_ngram_size if ngram is None else ngram)
 
     @staticmethod
     def _chunk(cid: str, name: str, delta: dict, finish: str | None) -> dict:
@@ -395,7 +405,9 @@ class OpenAiRoutes:
 
             def transcribe() -> SttResult:
                 model.check_language(language)
-                return gated_call(model, model.transcribe, audio, language, options.beam_size,
+                # "auto" (stt.language's word for it) detects, as no language does.
+                spoken = None if language == AUTO_LANGUAGE else language
+                return gated_call(model, model.transcribe, audio, spoken, options.beam_size,
                                   options.fit_window_s)
 
             try:

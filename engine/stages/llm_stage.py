@@ -8,10 +8,11 @@ import threading
 import time
 from collections.abc import Iterator
 
-from engine.backends.base import ChatMessage, GenerationOptions, LlmModel, LlmSession
+from engine.backends.base import ChatMessage, GenerationOptions, LlmModel, LlmSession, LlmStep
 from engine.errors import describe_failure
+from engine.backends.languages import reply_instruction
 from engine.stages.chunker import ClauseChunker
-from engine.config import EndOfTurn
+from engine.backends.llm.text_stream import ThinkFilter
 from engine.pipeline.chat_history import ChatHistory, SummaryWork
 from engine.pipeline.control import CancelReason
 from engine.pipeline.events import EngineError, HistorySummarized, ReplyText, ToolCallsMade
@@ -19,9 +20,12 @@ from engine.pipeline.messages import Message, ReplyRequest, TextChunk, Transcrip
 from engine.pipeline.metrics import Figure, Mark
 from engine.pipeline.stage import Stage, StageContext
 from engine.runtime.compute_gate import Urgency, get_compute_gate
+from engine.stages.end_of_turn.speculation import SpeculationBudget, speculation_limit
 from engine.stages.summary import NOTE_TOKENS, clean_note, grow_summary, note_messages
 
 log = logging.getLogger("parley.llm")
+#: How often a speculative revision past its budget looks whether its turn was committed.
+_COMMIT_POLL_S = 0.005
 
 
 class LlmStage(Stage[LlmModel]):
@@ -41,7 +45,8 @@ class LlmStage(Stage[LlmModel]):
                  summarize: bool = True) -> None:
         super().__init__("llm", ctx, model, maxsize=8)
         self.session = model.new_session()
-        self._scorer: LlmSession | None = None  # the end-of-turn text signal's own session
+        self._speculation = SpeculationBudget()  # speculative requests per turn (remote LLM)
+        self._spent: dict[int, tuple[int, int, int]] = {}  # turn -> requests, prompt, completion
         self._summarizer: LlmSession | None = None  # the history summary's own session
         self.chat_history = chat_history
         self._reset_lock = threading.Lock()
@@ -52,7 +57,7 @@ class LlmStage(Stage[LlmModel]):
 
     def on_model(self) -> None:
         self.session = self.model.new_session()
-        self._scorer = None
+        self.ctx.end_of_turn.reset_text()
         self._summarizer = None
 
     def reset_session(self) -> threading.Event:
@@ -112,8 +117,7 @@ class LlmStage(Stage[LlmModel]):
         turn, gen = msg.turn_id, msg.generation
         self._last_turn = turn
         config = self.ctx.config.llm  # one settings snapshot for the whole reply
-        if (self.ctx.config.turns.end_of_turn is EndOfTurn.LEARNED and msg.text
-                and not self.ctx.held.committed(turn) and self.model.end_of_turn_signal()):
+        if msg.text and self.ctx.end_of_turn.wants_text(turn, self.model):
             scored, waited = time.perf_counter(), self.lock_waits_so_far()
             self._score_turn_end(turn, gen, (msg.text, *msg.other_readings))
             waited = self.lock_waits_so_far() - waited
@@ -121,6 +125,8 @@ class LlmStage(Stage[LlmModel]):
             metrics.figure(unit, turn, Figure.EOT_TEXT_S,
                            max(0.0, time.perf_counter() - scored - waited), generation=gen)
             metrics.figure(unit, turn, Figure.EOT_TEXT_LOCK_WAIT_S, waited, generation=gen)
+        if not self._may_request(turn, gen):
+            return  # the revision was dropped (or the unit stops) before its commit
         options = dataclasses.replace(
             GenerationOptions.from_config(config),
             tools=request.tools if request.tool_choice != "none" else (),
@@ -130,7 +136,9 @@ class LlmStage(Stage[LlmModel]):
         waited = self.lock_waits_so_far()
         metrics.mark(unit, turn, Mark.LLM_START, start, True, gen)
         metrics.figure(unit, turn, Figure.QUEUE_WAIT_S, self.queue_wait_s, True, gen)
-        chunker = ClauseChunker(self.ctx.config.tts.first_clause_words)
+        chunker = ClauseChunker(self.ctx.config.tts.first_clause_words, msg.language)
+        # Reasoning a backend passes on (a remote server's Qwen3): never shown, spoken or kept.
+        thinking = ThinkFilter()
         spoken: list[str] = []
         step = None
         first = True
@@ -155,18 +163,20 @@ class LlmStage(Stage[LlmModel]):
                 metrics.mark(unit, turn, Mark.LLM_FIRST_TOKEN, time.perf_counter(), True, gen)
                 metrics.figure_once(unit, turn, Figure.LLM_FIRST_TOKEN_S,
                                     time.perf_counter() - start, gen)
-            for piece in chunker.feed(step.text):
+            for piece in chunker.feed(thinking.feed(step.text)):
                 if first:
                     first_piece()
                     first = False
                 spoken.append(piece)
-                yield self._chunk(turn, gen, piece, speak=speak)
+                yield self._chunk(turn, gen, piece, speak=speak, language=msg.language)
             if chunker.sentences >= config.max_sentences:
                 break
         if step is not None:
             figure(Figure.LLM_TOKENS, step.tokens)
             figure(Figure.LLM_TOKENS_PER_S, step.tokens_per_second)
             figure(Figure.LLM_PROMPT_TOKENS, step.prompt_tokens)
+        if step is not None or not should_stop():  # a call stopped before it began sent nothing
+            self._count_request(turn, gen, step)
         for name, value in self.session.figures.items():  # a remote model's network share
             figure(name, value)
         if should_stop():
@@ -176,9 +186,9 @@ class LlmStage(Stage[LlmModel]):
             if request.record and msg.text and reason is not None:
                 self.chat_history.keep_cut_off(turn, msg.text, reason)
             return
-        rest = chunker.flush() if chunker.sentences < config.max_sentences else ""
+        rest = chunker.flush() + thinking.finish() if chunker.sentences < config.max_sentences else ""
         capped = step is not None and step.tokens >= options.max_new_tokens
-        if capped and spoken and rest and rest.rstrip()[-1] not in ".!?…\"')":
+        if capped and spoken and rest and rest.rstrip()[-1] not in ".!?…\"')。！？」":
             rest = ""  # the token cap cut a sentence in half: end on the last whole one
         if rest:
             spoken.append(rest)
@@ -194,29 +204,51 @@ class LlmStage(Stage[LlmModel]):
                 turn, user, reply, calls))
         if calls:
             self.ctx.held.emit(turn, gen, ToolCallsMade(unit, turn, calls))
-        yield self._chunk(turn, gen, rest, last=True, speak=speak)
+        yield self._chunk(turn, gen, rest, last=True, speak=speak, language=msg.language)
 
     def _score_turn_end(self, turn: int, gen: int, readings: tuple[str, ...]) -> None:
         """A speculative turn under learned end of turn: how likely the user's words end a
-        sentence, for the source stage to weigh with the audio model. Scored on the words
-        alone (the last ``local_session.TEXT_SIGNAL_WORDS``: a few tokens), in a session of
-        its own: with the conversation in the prompt the signal drifted with the history.
+        sentence, for the source stage to weigh with the audio model, on the model the
+        unit's policy chose for it (the reply LLM's, or the bundled small model's beside
+        an mlx-lm or remote one: ``EndOfTurnPolicy.score_text``). Scored on the words
+        alone (the last ``local_session.TEXT_SIGNAL_WORDS``: a few tokens), in a session
+        of its own; where the STT was unsure of the words (``readings`` holds more than
+        its text), the least likely end counts."""
+        self.ctx.end_of_turn.score_text(turn, gen, readings, self.model)
 
-        Where the STT was unsure of the words (``readings`` holds more than its text), the
-        least likely end counts: a turn commits early only when every reading of it may
-        end there. jfk.flac's first pause, heard "And so am I fellow Americans." on the
-        30 s window and "And so my fellow Americans." on the fitted one, scored 0.22 and
-        0.05 (SmolLM2-135M); the first ended the turn inside its sentence."""
-        if self._scorer is None:
-            self._scorer = self.model.new_session()
-        scorer = self._scorer
-        # Under load the grace may end while this waits for the CPU: then it is moot.
-        with self.computing(give_up=lambda: self.ctx.end_of_turn_moot(turn, gen)) as may_run:
-            if not may_run:
-                return
-            probability = min(scorer.sentence_end_probability(text)
-                              for text in dict.fromkeys(readings) if text)
-        self.ctx.turn_end.post_text(turn, gen, probability)
+    def _may_request(self, turn: int, gen: int) -> bool:
+        """Whether this revision's reply may be requested now; a speculative revision past
+        the LLM's budget (``speculation.speculation_limit``: a remote LLM's requests are
+        metered) waits here for its commit. A revision whose words cannot end the turn
+        (``EndOfTurnPolicy.may_end_here``) does not spend the budget: it waits too, so
+        the request goes to a revision that may be the last. False: the revision was
+        dropped (the user went on) or the unit stops while it waited."""
+        ctx = self.ctx
+        limit = speculation_limit(self.model, ctx.config.turns)
+        if limit is None or ctx.held.committed(turn):
+            return True
+        if (self._speculation.may_speculate(turn, limit)
+                and ctx.end_of_turn.may_end_here(turn, gen)):
+            self._speculation.spend(turn)
+            return True
+        while not ctx.held.committed(turn):
+            if ctx.control.is_stale(turn, gen) or ctx.stopping.is_set():
+                return False
+            time.sleep(_COMMIT_POLL_S)
+        return True
+
+    def _count_request(self, turn: int, gen: int, step: LlmStep | None) -> None:
+        """Add one request and its tokens to the turn's totals, dropped revisions included
+        (what a metered API bills), and record the totals so far on the revision."""
+        requests, prompt, completion = self._spent.get(turn, (0, 0, 0))
+        if step is not None:
+            prompt, completion = prompt + step.prompt_tokens, completion + step.tokens
+        self._spent[turn] = totals = (requests + 1, prompt, completion)
+        for stale in sorted(self._spent)[:-16]:  # only the turns in flight matter
+            del self._spent[stale]
+        for name, value in zip((Figure.LLM_REQUESTS, Figure.LLM_TURN_PROMPT_TOKENS,
+                                Figure.LLM_TURN_COMPLETION_TOKENS), totals):
+            self.ctx.metrics.figure(self.ctx.unit, turn, name, value, generation=gen)
 
     # ------------------------------------------------------------------ the history summary
     def idle(self) -> None:
@@ -276,8 +308,20 @@ class LlmStage(Stage[LlmModel]):
             self.ctx.events.emit(HistorySummarized(unit, summary, work.through_turn))
 
     def _messages(self, msg: Transcript, request: ReplyRequest, config) -> list[ChatMessage]:
-        """The prompt: the request's own context, else the history, then the user's text."""
+        """The prompt: the request's own context, else the history, then the user's text.
+
+        A turn in another language than English, or any turn while ``stt.language`` is
+        auto, adds to the system prompt the instruction to answer in its language, written
+        in that language. Measured with SmolLM2-135M (bundled, onnx-genai) on 12 French,
+        German and Spanish questions, replies in the question's language: none 4/12, the
+        instruction in English in the system prompt 6/12, in the language 9/12, in the
+        language after the user's message 11/12; but that one was read back aloud in 3 of
+        12 replies ("(Réponds en français.)"), and a per-turn instruction changes the
+        prompt's history every turn (the KV cache is re-filled), so it is the system prompt.
+        """
         system = config.system_prompt if request.instructions is None else request.instructions
+        if msg.language and (msg.language != "en" or self.ctx.config.stt.detects_language):
+            system = f"{system} {reply_instruction(msg.language)}"
         if request.context is None:
             return self.chat_history.messages_for(msg.text or None, system, config.history_turns,
                                                   self._summarize and config.summarize_history)
@@ -285,10 +329,10 @@ class LlmStage(Stage[LlmModel]):
         return [{"role": "system", "content": system}, *request.context, *user]
 
     def _chunk(self, turn: int, gen: int, text: str, last: bool = False,
-               speak: bool = True) -> TextChunk:
+               speak: bool = True, language: str | None = None) -> TextChunk:
         if text:
             self.ctx.metrics.mark(self.ctx.unit, turn, Mark.TTS_FIRST_TEXT, time.perf_counter(),
                                   generation=gen)
             self.ctx.metrics.add_reply(self.ctx.unit, turn, text + " ", gen)
             self.ctx.held.emit(turn, gen, ReplyText(self.ctx.unit, turn, text))
-        return TextChunk(turn, gen, text, last, speak)
+        return TextChunk(turn, gen, text, last, speak, language)

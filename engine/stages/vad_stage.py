@@ -25,7 +25,7 @@ from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSource, InputMarke
 from engine.audio.echo import EchoCanceller
 from engine.audio.health import DeviceState, HealthLog, HealthReport, SampleGuard
 from engine.backends.base import VadModel
-from engine.config import BargeIn, EndOfTurn, EngineConfig
+from engine.config import BargeIn, EngineConfig
 from engine.pipeline.control import CancelReason
 from engine.pipeline.events import AudioStatus, EngineError, TurnCancelled, UserSpeaking
 from engine.pipeline.messages import Message, SpeechSegment
@@ -33,8 +33,8 @@ from engine.pipeline.metrics import Figure, Mark
 from engine.pipeline.playback import Playback
 from engine.pipeline.stage import SourceStage, StageContext
 from engine.runtime.compute_gate import Urgency, get_compute_gate
-from engine.stages.end_of_turn.board import AudioScorer, TurnScores
-from engine.stages.end_of_turn.decide import AUDIO_SCORE_SILENCE_S, commit_early, scores_start_by
+from engine.stages.end_of_turn.board import TurnScores
+from engine.stages.end_of_turn.decide import AUDIO_SCORE_SILENCE_S
 from engine.stages.end_of_turn.smart_turn import WINDOW_S as SMART_TURN_WINDOW_S
 from engine.stages.turns import Committed, Partial, Reopened, SegmentEnded, Started, TurnDetector, TurnEvent
 
@@ -81,7 +81,6 @@ class VadStage(SourceStage[VadModel]):
         self.input_health = HealthLog("input")
         self._guard = SampleGuard(self.input_health, lambda: "the audio input")
         self._t_health = 0.0
-        self.audio_scorer: AudioScorer | None = None  # set by the unit when learned end of turn is on
         self._segment_generation = 0  # the revision the speculative STT/LLM work runs under
         self._segment_end = 0.0  # its end of speech (capture clock)
         self._decided_early = False
@@ -137,20 +136,18 @@ class VadStage(SourceStage[VadModel]):
         return self._learned_decision()
 
     def _awaits_learned_decision(self) -> bool:
-        return (self.detector.may_commit_now
-                and self._config.turns.end_of_turn is EndOfTurn.LEARNED)
+        return self.detector.may_commit_now and self.ctx.end_of_turn.learned
 
     def _learned_decision(self) -> Iterator[Message]:
         """Once the speculative segment went out, under learned end of turn: commit as
-        soon as the audio model and the LLM's text signal say the turn is over
-        (``decide.commit_early``), even before ``min_silence_ms``; otherwise the grace
-        runs out as without a model. Both were asked for at the speculative start;
+        soon as the audio model and the text signal say the turn is over (the unit's
+        ``EndOfTurnPolicy.commit_early``), even before ``min_silence_ms``; otherwise the
+        grace runs out as without a model. Both were asked for at the speculative start;
         looked at every frame and between blocks."""
         if not self._awaits_learned_decision():
             return
         turn, generation = self.turn_id, self._segment_generation
-        scores = self.ctx.turn_end.scores(turn, generation)
-        if not commit_early(scores, self._config.turns.end_of_turn_threshold):
+        if not self.ctx.end_of_turn.commit_early(turn, generation):
             return
         self._record_end_of_turn(turn, generation, early=True)
         self._decided_early = True
@@ -161,23 +158,23 @@ class VadStage(SourceStage[VadModel]):
         """Offer the audio model the speculated revision as it stands this frame: the
         score runs on the newest offer once the CPU is free for it (``AudioScorer``), so
         the offers stop once it started."""
-        scorer = self.audio_scorer
-        if scorer is None or scorer.taken(self.turn_id, self._segment_generation):
+        policy = self.ctx.end_of_turn
+        if not policy.audio_wanted(self.turn_id, self._segment_generation):
             self._audio_offer_from_s = None
             return
-        scorer.offer(self.turn_id, self._segment_generation,
-                     self.detector.audio_so_far(last_s=SMART_TURN_WINDOW_S))
+        policy.offer_audio(self.turn_id, self._segment_generation,
+                           self.detector.audio_so_far(last_s=SMART_TURN_WINDOW_S))
 
     def _record_end_of_turn(self, turn: int, generation: int, early: bool) -> None:
         metrics, unit = self.ctx.metrics, self.ctx.unit
-        scores = self.ctx.turn_end.scores(turn, generation)
+        scores = self.ctx.end_of_turn.scores(turn, generation)
         for figure, value in ((Figure.EOT_AUDIO_P, scores.audio), (Figure.EOT_TEXT_P, scores.text),
                               (Figure.EOT_SCORE, scores.combined)):
             if value is not None:
                 metrics.figure(unit, turn, figure, value)
         metrics.figure(unit, turn, Figure.EOT_EARLY, 1.0 if early else 0.0)
         self._log_revision("committed early" if early else "committed at the grace's end", scores)
-        self.ctx.turn_end.forget(turn)
+        self.ctx.end_of_turn.forget(turn)
 
     def _log_revision(self, outcome: str, scores: TurnScores) -> None:
         """One speculative revision's signals and what became of it, as a debug record
@@ -258,24 +255,21 @@ class VadStage(SourceStage[VadModel]):
             self._decided_early = False
             self._segment_generation = ctx.control.generation
             self._segment_end = event.t_speech_end
-            if self._config.turns.end_of_turn is EndOfTurn.LEARNED:
-                ctx.turn_end.expect(self.turn_id, self._segment_generation,
-                                    scores_start_by(self._config.vad, self._config.turns))
+            ctx.end_of_turn.speculation_started(self.turn_id, self._segment_generation)
             yield self._final(event)
             # Offered once it heard enough silence, and never on this frame: the STT's
             # call asks for the CPU first, so the score waits for it and runs on the
             # revision as it stands then (AudioScorer), before the transcript's text
             # signal. Offered each frame until its score starts (process_block).
-            scored = (self.audio_scorer is not None
-                      and self._config.turns.end_of_turn is EndOfTurn.LEARNED)
+            scored = ctx.end_of_turn.scores_audio
             self._audio_offer_from_s = (max(AUDIO_SCORE_SILENCE_S,
                                             self.detector.silence_s + self.detector.frame_s)
                                         if scored else None)
         elif isinstance(event, Reopened):
             self._audio_offer_from_s = None
-            if self._config.turns.end_of_turn is EndOfTurn.LEARNED:
-                self._log_revision("reopened", ctx.turn_end.scores(self.turn_id,
-                                                                    self._segment_generation))
+            if ctx.end_of_turn.learned:
+                self._log_revision("reopened", ctx.end_of_turn.scores(self.turn_id,
+                                                                      self._segment_generation))
             generation = ctx.control.cancel_turn(self.turn_id, CancelReason.REOPENED)
             ctx.metrics.reset_turn_work(unit, self.turn_id, generation)
             ctx.events.emit(TurnCancelled(unit, self.turn_id, CancelReason.REOPENED))
@@ -285,7 +279,7 @@ class VadStage(SourceStage[VadModel]):
             if not event.speculated:
                 yield self._final(event)
             ctx.metrics.mark(unit, self.turn_id, Mark.COMMITTED, time.perf_counter())
-            learned = self._config.turns.end_of_turn is EndOfTurn.LEARNED
+            learned = ctx.end_of_turn.learned
             if learned and event.speculated and not self._decided_early:
                 self._record_end_of_turn(self.turn_id, self._segment_generation, early=False)
             ctx.held.commit(self.turn_id)

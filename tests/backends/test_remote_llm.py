@@ -159,7 +159,7 @@ def test_history_and_options_travel_with_every_request(mlx, registry, proxy, one
     assert first["messages"][0] == {"role": "system", "content": LlmConfig().system_prompt}
     assert first["stream"] is True and first["max_tokens"] == BASE["llm.max_new_tokens"]
     assert first["temperature"] == 0.0
-    assert first["extra_body"] == {"repetition_penalty": 1.3, "no_repeat_ngram_size": 4}
+    assert first["extra_body"] is None  # only OpenAI's fields (llm.extra_body is empty)
     assert len(second["messages"]) == len(first["messages"]) + 2  # the first exchange
     assert second["messages"][2]["role"] == "assistant"
 

@@ -68,6 +68,27 @@ def test_commits_are_read_from_the_turn_records_on_the_recordings_clock():
                                                        Commit(9.0, pytest.approx(10.2), False)]
 
 
+def test_the_llms_requests_and_tokens_are_reported_per_spoken_turn():
+    from engine.bench.turn_taking import llm_costs, per_turn
+
+    def record(turn, figures):
+        return TurnRecord(0, turn, {}, "hello", "hi", False, True, figures)
+
+    turns = [record(1, {Figure.LLM_REQUESTS: 2, Figure.LLM_TURN_PROMPT_TOKENS: 300,
+                        Figure.LLM_TURN_COMPLETION_TOKENS: 40}),
+             record(2, {Figure.LLM_REQUESTS: 1, Figure.LLM_TURN_PROMPT_TOKENS: 160,
+                        Figure.LLM_TURN_COMPLETION_TOKENS: 12}),
+             record(3, {})]  # never reached the LLM (nothing was said)
+    costs = llm_costs(turns)
+    assert costs == {"turns": 2, "requests": 3, "prompt_tokens": 460, "completion_tokens": 52}
+    cost = per_turn(costs)
+    assert cost == {"requests": 1.5, "prompt_tokens": 230.0, "completion_tokens": 26.0}
+    doc = {"runs": 1, "modes": [{"mode": "llm.backend=openai", **Score().as_dict(),
+                                 "recordings": {}, "signals": [], "llm_per_turn": cost}]}
+    assert ("llm.backend=openai: requests 1.5, prompt tokens 230.0, completion tokens 26.0"
+            in format_table(doc))
+
+
 def test_the_shipped_reference_names_recordings_that_are_there():
     references = load_reference(REFERENCE)
     assert {"jfk.flac", "lecture.flac", "librispeech_four_turns.flac",

@@ -107,7 +107,7 @@ def test_the_text_signal_is_the_least_likely_end_over_the_readings(others, poste
     speculative = Transcript(turn, gen, "And so am I fellow Americans.", True, 0.0,
                              other_readings=others)
     list(stage.process(speculative))  # not committed: the reply is held, the signal posted
-    assert ctx.turn_end.scores(turn, gen).text == posted
+    assert ctx.end_of_turn.scores(turn, gen).text == posted
     assert len(model.asked) == len({"And so am I fellow Americans.", *others} - {""})
 
 

@@ -13,6 +13,13 @@ request is kept so a test can read the prompt the LLM received.
   - a key of ``replies`` is a word of the last message: that reply (a long one, to talk over);
   - otherwise: ``reply``.
 
+With ``strict=True`` it checks each request against OpenAI's chat-completions schema
+as OpenAI's own API does: a field it does not know (at the top level, in
+``stream_options``, in a message of its role, in a tool) is a 400 whose error message
+names it ("Unrecognized request argument supplied: NAME"), ``param`` null, as OpenAI
+answers; so are a bad role, a ``temperature`` outside 0..2 and a ``max_tokens`` below 1.
+The refused bodies are kept in ``refused``.
+
 It runs on its own thread and event loop (aiohttp), on 127.0.0.1 with a port the OS picks.
 """
 
@@ -27,6 +34,51 @@ from tests.support.loopback import LoopbackServer
 from tests.support.paths import ROOT
 
 RECORDINGS = ROOT / "tests" / "server" / "data"
+#: The request fields of OpenAI's chat-completions API (its API reference, 2025).
+OPENAI_CHAT_FIELDS = frozenset({
+    "messages", "model", "audio", "frequency_penalty", "function_call", "functions",
+    "logit_bias", "logprobs", "max_completion_tokens", "max_tokens", "metadata", "modalities",
+    "n", "parallel_tool_calls", "prediction", "presence_penalty", "prompt_cache_key",
+    "reasoning_effort", "response_format", "safety_identifier", "seed", "service_tier", "stop",
+    "store", "stream", "stream_options", "temperature", "tool_choice", "tools", "top_logprobs",
+    "top_p", "user", "verbosity", "web_search_options"})
+_STREAM_OPTIONS = frozenset({"include_usage", "include_obfuscation"})
+_MESSAGE_FIELDS = {
+    "system": {"role", "content", "name"}, "developer": {"role", "content", "name"},
+    "user": {"role", "content", "name"}, "tool": {"role", "content", "tool_call_id"},
+    "assistant": {"role", "content", "name", "tool_calls", "refusal", "audio", "function_call"}}
+_TOOL_FIELDS = {"type", "function"}
+_FUNCTION_FIELDS = {"name", "description", "parameters", "strict"}
+
+
+def schema_error(body: dict) -> str | None:
+    """What OpenAI's API would refuse in a chat-completions request body, or None."""
+    unknown = [key for key in body if key not in OPENAI_CHAT_FIELDS]
+    if unknown:
+        return f"Unrecognized request argument supplied: {unknown[0]}"
+    for key in body.get("stream_options") or {}:
+        if key not in _STREAM_OPTIONS:
+            return f"Unrecognized request argument supplied: stream_options.{key}"
+    for i, message in enumerate(body.get("messages") or []):
+        allowed = _MESSAGE_FIELDS.get(message.get("role"))
+        if allowed is None:
+            return f"Invalid value: {message.get('role')!r}. Supported values are: " + ", ".join(
+                f"'{r}'" for r in _MESSAGE_FIELDS) + f" (messages[{i}].role)"
+        extra = [key for key in message if key not in allowed]
+        if extra:
+            return f"Unrecognized request argument supplied: messages[{i}].{extra[0]}"
+    for i, tool in enumerate(body.get("tools") or []):
+        extra = [k for k in tool if k not in _TOOL_FIELDS]
+        extra += [f"function.{k}" for k in tool.get("function") or {} if k not in _FUNCTION_FIELDS]
+        if extra:
+            return f"Unrecognized request argument supplied: tools[{i}].{extra[0]}"
+    temperature = body.get("temperature")
+    if temperature is not None and not 0 <= temperature <= 2:
+        return f"Invalid 'temperature': decimal above maximum value ({temperature})"
+    limit = body.get("max_tokens")
+    if limit is not None and limit < 1:
+        return f"Invalid 'max_tokens': integer below minimum value ({limit})"
+    return None
 # Words of a tool's name that say nothing about what it is for.
 _VERBS = {"get", "set", "do", "make", "find", "lookup", "fetch", "query"}
 
@@ -61,8 +113,10 @@ class ChatServer(LoopbackServer):
                  reply: str = "That is a fine question, and here is my short answer to it.",
                  tool_reply: str = "Here is what the tool found: {output}.",
                  replies: dict[str, str] | None = None, delay_s: float = 0.01,
-                 recordings: Path = RECORDINGS) -> None:
+                 recordings: Path = RECORDINGS, *, strict: bool = False) -> None:
         super().__init__()
+        self.strict = strict
+        self.refused: list[dict] = []
         self.model = model
         self.reply = reply
         self.tool_reply = tool_reply
@@ -135,6 +189,11 @@ class ChatServer(LoopbackServer):
 
         body = await request.json()
         self.requests.append(body)
+        refusal = schema_error(body) if self.strict else None
+        if refusal is not None:
+            self.refused.append(body)
+            return web.json_response({"error": {"message": refusal, "type": "invalid_request_error",
+                                                "param": None, "code": None}}, status=400)
         deltas, finish = self._answer(body)
         envelope = {"id": f"chatcmpl-test{len(self.requests)}", "created": int(time.time()),
                     "model": body.get("model", self.model), "system_fingerprint": None}

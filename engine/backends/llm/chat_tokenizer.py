@@ -98,11 +98,14 @@ class ChatTokenizer:
         return self._tokenizer.id_to_token(token_id)
 
     def apply_chat_template(self, messages: list[Any], tools: list[dict] | None = None,
-                            add_generation_prompt: bool = False, tokenize: bool = False) -> str:
+                            add_generation_prompt: bool = False, tokenize: bool = False,
+                            **variables: Any) -> str:
         """``messages`` rendered by the chat template, as transformers renders them.
 
         Only text comes back (``tokenize`` must be false): the caller encodes it.
-        jinja2's TemplateError propagates (``render_chat`` words it for the user).
+        ``variables`` reach the template as transformers passes its extra keyword
+        arguments (``enable_thinking=False``). jinja2's TemplateError propagates
+        (``render_chat`` words it for the user).
         """
         if tokenize:
             raise ValueError("ChatTokenizer.apply_chat_template renders text only")
@@ -110,9 +113,9 @@ class ChatTokenizer:
             raise ModelError("the model has no chat template")
         if self._compiled is None:
             self._compiled = _compile(self.chat_template)
-        return self._compiled.render(messages=_plain(messages), tools=_plain(tools), documents=None,
-                                     add_generation_prompt=add_generation_prompt,
-                                     **self.special_tokens_map)
+        return self._compiled.render(**{**self.special_tokens_map, **_plain(variables)},
+                                     messages=_plain(messages), tools=_plain(tools), documents=None,
+                                     add_generation_prompt=add_generation_prompt)
 
 
 def _plain(value: Any) -> Any:

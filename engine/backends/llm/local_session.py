@@ -4,10 +4,10 @@ A backend's session says only how its KV cache is kept: ``_prefill`` keeps the c
 common prefix with a new prompt and says how many tokens remain to run, ``_run`` runs
 tokens on top of the cache and returns the last position's logits (a numpy row), and
 ``reset`` forgets it. This class does the rest, the same way for every backend: the
-prompt from the chat template, the repetition penalty and n-gram blocking, streaming
-detokenization, tool calls kept out of the spoken text, cancellation checked before every
-token, and each step's figures; and the end-of-turn text signal
-(``sentence_end_probability``), read from the same cache machinery.
+prompt from the chat template (thinking off), the repetition penalty and n-gram blocking,
+streaming detokenization, ``<think>`` reasoning and tool calls kept out of the spoken
+text, cancellation checked before every token, and each step's figures; and the
+end-of-turn text signal (``sentence_end_probability``), read from the same cache machinery.
 """
 
 from __future__ import annotations
@@ -16,14 +16,16 @@ import functools
 import re
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from engine.backends.base import ChatMessage, GenerationOptions, LlmModel, LlmSession, LlmStep, ToolCall
 from engine.backends.llm import check_context
-from engine.backends.llm.sampling import NgramBlocker, apply_repetition_penalty, choose_token, softmax_mass
-from engine.backends.llm.text_stream import TextStream
+from engine.backends.llm.family import family_defaults
+from engine.backends.llm.sampling import ReplyPenalties, choose_token, softmax_mass
+from engine.backends.llm.text_stream import PROMPT_END_TOKENS, THINK_TAGS, TextStream, opens_thinking
 from engine.backends.llm.tool_calls import (MARKERS, CallFilter, ToolFormat, no_tools_reason, offered_tools,
                                             render_chat)
 
@@ -34,6 +36,7 @@ class LocalLlm(LlmModel):
     sets the attributes and writes ``encode``, ``memory_bytes`` and ``new_session``."""
 
     name: str
+    folder: Path  # the model's files (its config decides its anti-repetition defaults)
     tokenizer: Any  # transformers' tokenizer or a ChatTokenizer (same names)
     tool_format: ToolFormat | None  # the call format the chat template asks for
     stop_ids: frozenset[int]
@@ -127,14 +130,14 @@ class LocalLlmSession(LlmSession):
         prefill_seconds = time.perf_counter() - started
 
         reply: list[int] = []
-        ngrams = NgramBlocker(opts.no_repeat_ngram_size)
         fmt = llm.tool_format if tools else None
-        text = TextStream(llm.tokenizer, MARKERS[fmt] if fmt else ())
-        calls = CallFilter(fmt, tools)
+        penalties = ReplyPenalties(*family_defaults(llm.folder).for_reply(opts), fmt)
+        text = TextStream(llm.tokenizer, (MARKERS[fmt] if fmt else ()) + THINK_TAGS)
+        prompt_end = llm.tokenizer.decode(prompt[-PROMPT_END_TOKENS:], skip_special_tokens=False)
+        calls = CallFilter(fmt, tools, thinking_open=opens_thinking(prompt_end))
         t_first = 0.0
         while True:
-            apply_repetition_penalty(logits, reply, opts.repetition_penalty)
-            token = choose_token(logits, opts.temperature, ngrams.banned())
+            token = choose_token(logits, opts.temperature, penalties.apply(logits))
             now = time.perf_counter()
             if not reply:
                 t_first = now
@@ -144,9 +147,9 @@ class LocalLlmSession(LlmSession):
                                  prefill_seconds, t_first, now, True)
                 return
             reply.append(token)
-            ngrams.add(token)
             last = len(reply) >= max_new_tokens
             piece = text.push(reply) + (text.flush() if last else "")
+            penalties.add(token, piece)
             yield self._step(*calls.split(piece, last), reply, len(reply) - 1, prefilled,
                              prefill_seconds, t_first, now, last)
             if last or should_stop():
@@ -207,13 +210,14 @@ class LocalLlmSession(LlmSession):
 #: readings of its long finished turn stayed below ``decide.MIN_TEXT_P`` (0.063 at 20,
 #: 0.055 at 24, 0.017 whole).
 TEXT_SIGNAL_WORDS = 16
-#: A period that ends a sentence inside the text (a word before it, more words after).
-_INNER_PERIOD = re.compile(r"(?<=\w)\.(?=\s+\S)")
+#: A period that ends a sentence inside the text (a word before it, more words after); a
+#: CJK full stop needs no space after it.
+_INNER_PERIOD = re.compile(r"(?<=\w)\.(?=\s+\S)|。(?=\s*\S)")
 #: What a transcript may end with that the model should predict instead.
-_FINAL_PUNCTUATION = re.compile(r"[\s.,;:!?…\-\"'”’)\]]+$")
+_FINAL_PUNCTUATION = re.compile(r"[\s.,;:!?…\-\"'”’)\]。！？、，」』]+$")
 #: Tokens that end a sentence: . ? ! alone or with closing quotes and brackets; not "..",
 #: which trails off, nor ".," or ".__" (code, abbreviations).
-_SENTENCE_END = re.compile(r"\s*(?:[.?!]|[?!]+)[\"'”’)\]]*\s*")
+_SENTENCE_END = re.compile(r"\s*(?:[.?!。！？]|[?!？！]+)[\"'”’)\]」』]*\s*")
 
 
 @functools.lru_cache(maxsize=4)

@@ -18,6 +18,8 @@ Each pipeline unit gets its own ``MlxLmSession``, which keeps the conversation's
 prefix of the new prompt, so a turn prefills only its new tokens. Penalties (repetition,
 no-repeat n-grams) look at the reply only, as in the transformers backend.
 
+Thinking is off as in the other local backends (``enable_thinking=False`` for a template
+that has the switch; any ``<think>`` block that still comes is dropped, ``ThinkFilter``).
 Tools work as in the transformers backend (``engine.backends.llm.tool_calls``): a chat
 template in a call format we read renders the offered tools and the reply goes through a
 ``ToolCallSplitter`` (mlx-lm's detokenizer keeps special tokens, so the markers arrive as
@@ -38,7 +40,9 @@ from engine.backends import mlx_guard
 from engine.backends.llm import check_context, display_name, reusable_prefix
 from engine.backends.base import (ChatMessage, GenerationOptions, LlmModel, LlmSession, LlmStep, LoadRequest,
                                   Progress, no_progress)
-from engine.backends.llm.sampling import SAMPLING_TOP_K, NgramBlocker
+from engine.backends.llm.family import family_defaults
+from engine.backends.llm.sampling import SAMPLING_TOP_K, ReplyPenalties
+from engine.backends.llm.text_stream import PROMPT_END_TOKENS, opens_thinking
 from engine.backends.llm.tool_calls import (CallFilter, ToolCallError, ToolFormat, no_tools_reason,
                                             offered_tools, render_chat, tool_format)
 from engine.errors import ConfigError, DeviceError, MissingDependencyError, ModelError
@@ -163,28 +167,40 @@ class MlxLm(LlmModel):
 
 
 class _ReplyPenalties:
-    """An mlx-lm logits processor: repetition penalty and n-gram ban over the reply only.
+    """An mlx-lm logits processor: ``sampling.ReplyPenalties`` (repetition penalty and
+    n-gram ban over the reply's own words, tool-call text exempt) on MLX logits.
 
     mlx-lm passes every token of this call (the new prompt tokens, then each sampled
     one); the first ``prompt_len`` are the prompt. The newest reply token is read with
-    ``item()`` — mlx-lm evaluates it right after anyway.
+    ``item()`` — mlx-lm evaluates it right after anyway — and, when tools are offered,
+    decoded alone to follow the call markers (ASCII, or one special token each).
     """
 
-    def __init__(self, prompt_len: int, penalty: float, ngram_size: int) -> None:
+    def __init__(self, prompt_len: int, penalties: ReplyPenalties,
+                 decode: Callable[[list[int]], str]) -> None:
         self.prompt_len = prompt_len
-        self.penalty = penalty
-        self.blocker = NgramBlocker(ngram_size)
-        self.reply: list[int] = []
+        self.penalties = penalties
+        self.decode = decode
+        self.seen = 0
 
     def __call__(self, tokens, logits):
         import mlx.core as mx
 
-        while tokens.shape[0] - self.prompt_len > len(self.reply):
-            token = int(tokens[self.prompt_len + len(self.reply)].item())
-            self.reply.append(token)
-            self.blocker.add(token)
-        if not self.reply:
-            return logits
+        penalties = self.penalties
+        while tokens.shape[0] - self.prompt_len > self.seen:
+            token = int(tokens[self.prompt_len + self.seen].item())
+            self.seen += 1
+            penalties.add(token, self.decode([token]) if penalties.calls is not None else "")
+        penalised = penalties.penalised()
+        if penalised:
+            index = mx.array(penalised)
+            picked = logits[:, index]
+            rate = penalties.penalty
+            logits[:, index] = mx.where(picked > 0, picked / rate, picked * rate)
+        banned = penalties.banned()
+        if banned and len(banned) < logits.shape[-1]:
+            logits[:, mx.array(sorted(banned))] = -float("inf")
+        return logits
         if self.penalty != 1.0:
             index = mx.array(sorted(set(self.reply)))
             picked = logits[:, index]
@@ -214,7 +230,7 @@ class MlxLmSession(LlmSession):
         any), with the assistant turn opened."""
         llm = self.llm
         ids = render_chat(llm.tokenizer, llm.name, llm.tool_format, messages, options,
-                          add_generation_prompt=True, tokenize=True, enable_thinking=False)
+                          add_generation_prompt=True, tokenize=True)
         return list(ids)
 
     def generate(self, messages: list[ChatMessage], options: GenerationOptions,
@@ -231,8 +247,9 @@ class MlxLmSession(LlmSession):
         if max_new_tokens < 1:
             raise ConfigError(f"'llm.max_new_tokens' = {max_new_tokens}: it must be at least 1")
         tools = offered_tools(options)
-        calls = CallFilter(llm.tool_format if tools else None, tools)
         prompt = self.prompt_ids(messages, options)
+        calls = CallFilter(llm.tool_format if tools else None, tools,
+                           thinking_open=opens_thinking(llm.tokenizer.decode(prompt[-PROMPT_END_TOKENS:])))
         check_context(len(prompt), max_new_tokens, llm.context_tokens)
         if should_stop():
             return
@@ -244,8 +261,9 @@ class MlxLmSession(LlmSession):
             from mlx_lm.sample_utils import make_sampler
 
             fresh = self._reuse_cache(prompt)
-            penalties = _ReplyPenalties(len(fresh), options.repetition_penalty,
-                                        options.no_repeat_ngram_size)
+            rules = ReplyPenalties(*family_defaults(llm.folder).for_reply(options),
+                                   llm.tool_format if tools else None)
+            penalties = _ReplyPenalties(len(fresh), rules, llm.tokenizer.decode)
             sampler = make_sampler(options.temperature, top_k=SAMPLING_TOP_K)
             steps = stream_generate(llm.model, llm.tokenizer, fresh, max_tokens=max_new_tokens,
                                     sampler=sampler, logits_processors=[penalties],

@@ -6,7 +6,8 @@ reaches its first token in ~0.1 s (README's LLM runtime table). ``load`` accepts
 transformers backend accepts (a ``.gguf``, a model folder, a hub id) and converts it once
 with onnxruntime-genai's model builder (``onnx_convert``, cached by content; a built app
 carries its bundled model's conversion). Neither the load nor a reply imports torch or
-transformers: the tokenizer and chat template are read by ``chat_tokenizer``.
+transformers: the tokenizer and chat template are read by ``chat_tokenizer`` (rendered
+with thinking off, as on the other local backends).
 
 The decoder graph runs on plain onnxruntime, not on onnxruntime-genai's generator: the
 generator's Python binding holds the GIL while the model computes, so every other Python

@@ -1,9 +1,14 @@
 """The remote LLM backend: streaming chat completions from an OpenAI-compatible server.
 
 Every turn sends the whole conversation (system prompt first, the history the stage
-chose, the new user text) and the generation options (``max_tokens``, ``temperature``;
-``repetition_penalty`` and ``no_repeat_ngram_size`` as extra fields, only when they do
-something, since a strict server refuses fields it does not know). The reply streams
+chose, the new user text) and standard OpenAI chat-completions fields only (``model``,
+``messages``, ``stream``, ``stream_options``, ``max_tokens``, ``temperature``, and the
+tools): a strict server (OpenAI's own) refuses any field it does not know. Fields beyond
+those go out only when the user names them in ``llm.extra_body``; the anti-repetition
+settings (``llm.repetition_penalty``, ``llm.no_repeat_ngram_size``) are not OpenAI's, so
+a value other than their default is a ConfigError pointing there (at their defaults they
+are the model's to decide, and a server applies its model's own). A server that refuses
+a field (400) gets an error naming it, and the setting it came from. The reply streams
 back one delta per token, and the LLM stage cuts it into clauses exactly as it does for
 a local model, so the first clause reaches TTS as soon as it is complete.
 
@@ -32,19 +37,38 @@ from typing import Any
 from engine.backends.base import (ChatMessage, GenerationOptions, LlmModel, LlmSession, LlmStep, LoadRequest,
                                   Progress, ToolCall, ToolSpec, no_progress)
 from engine.backends.llm.tool_calls import call_from_json_text, offered_tools
-from engine.backends.remote import Endpoint, RemoteClient, Retrier
+from engine.backends.remote import Endpoint, RemoteClient, RemoteError, Retrier, refused_field
 from engine.runtime.devices import Device
-from engine.config import LlmConfig
-from engine.errors import DeviceError
+from engine.config import LLM_REQUEST_FIELDS, LlmConfig
+from engine.errors import ConfigError, DeviceError
 from engine.pipeline.metrics import Figure
 
 
 def load(request: LoadRequest, progress: Progress = no_progress) -> RemoteLlm:
     """A client of the server the ``llm`` section names, for ``request.model``."""
     _check_device(request.device)
-    endpoint = Endpoint.of("llm", request.options_as(LlmConfig))
+    config = request.options_as(LlmConfig)
+    endpoint = Endpoint.of("llm", config)
+    check_standard(GenerationOptions.from_config(config))
     progress(None, f"using {request.model} on {endpoint.base_url}")
-    return RemoteLlm(RemoteClient(endpoint), request.model)
+    return RemoteLlm(RemoteClient(endpoint), request.model, config.extra_fields())
+
+
+def check_standard(options: GenerationOptions) -> None:
+    """ConfigError when ``options`` set an anti-repetition value of the user's: a remote
+    request carries only OpenAI's fields, and the user's extras go in ``llm.extra_body``.
+    Their defaults (None, or ``LlmConfig``'s own values) are left to the server's model;
+    off (1.0, 0) asks for nothing to be sent."""
+    defaults = LlmConfig()
+    for name, value, default, off in (
+            ("repetition_penalty", options.repetition_penalty, defaults.repetition_penalty, 1.0),
+            ("no_repeat_ngram_size", options.no_repeat_ngram_size, defaults.no_repeat_ngram_size, 0)):
+        if value is None or value in (default, off):
+            continue
+        raise ConfigError(f"'llm.{name}' = {value} is not an OpenAI chat-completions field, and "
+                          "a remote LLM (llm.backend openai) gets only those: set it back to "
+                          f"{default} (the server's model decides), or send it in "
+                          f"llm.extra_body ({name} = {value}) if your server takes it")
 
 
 def _check_device(device: Device) -> None:
@@ -58,10 +82,12 @@ class RemoteLlm(LlmModel):
 
     actual_device = "remote"
 
-    def __init__(self, client: RemoteClient, model: str) -> None:
+    def __init__(self, client: RemoteClient, model: str, extra_body: dict[str, Any] | None = None) -> None:
         self.client = client
         self.model = model
         self.endpoint = client.endpoint
+        #: ``llm.extra_body``: the fields beyond OpenAI's the user asked to send.
+        self.extra_body = dict(extra_body or {})
 
     def new_session(self) -> RemoteLlmSession:
         return RemoteLlmSession(self)
@@ -88,20 +114,32 @@ class RemoteLlmSession(LlmSession):
         self.figures = {}
 
     def _request(self, messages: list[ChatMessage], options: GenerationOptions):
-        extra: dict = {}
-        if options.repetition_penalty != 1.0:
-            extra["repetition_penalty"] = options.repetition_penalty
-        if options.no_repeat_ngram_size > 0:
-            extra["no_repeat_ngram_size"] = options.no_repeat_ngram_size
         # Chat messages as plain dicts: the client's TypedDicts per role would add nothing.
         request: dict[str, Any] = {
             "model": self.llm.model, "messages": messages, "stream": True,
             "max_tokens": options.max_new_tokens, "temperature": options.temperature,
-            "stream_options": {"include_usage": True}, "extra_body": extra or None}
+            "stream_options": {"include_usage": True}, "extra_body": self.llm.extra_body or None}
         if options.tools:
             request["tools"] = [t.as_openai() for t in options.tools]
             request["tool_choice"] = _openai_tool_choice(options.tool_choice)
         return self.llm.client.openai.chat.completions.create(**request)
+
+    def _refused(self, exc: BaseException, error: RemoteError) -> RemoteError:
+        """A 400 that names a field of the request: the error says which, and where the
+        field came from (``llm.extra_body`` or Parley's own request)."""
+        if error.status != 400:
+            return error
+        extra = self.llm.extra_body
+        name = refused_field(exc, [*extra, *LLM_REQUEST_FIELDS])
+        if name is None:
+            return error
+        if name in extra:
+            fix = "from llm.extra_body: remove it there (this server does not take it)"
+        else:
+            fix = ("a standard OpenAI chat-completions field Parley sends: check that "
+                   "llm.base_url is an OpenAI-compatible chat-completions API")
+        return RemoteError(f"{error}: the refused field is {name!r}, {fix}", url=error.url,
+                           stage=error.stage, kind=error.kind, status=error.status)
 
     def generate(self, messages: list[ChatMessage], options: GenerationOptions,
                  should_stop: Callable[[], bool]) -> Iterator[LlmStep]:
@@ -109,6 +147,7 @@ class RemoteLlmSession(LlmSession):
         (with the calls the model made, ``tool_calls``, when tools were offered)."""
         client = self.llm.client
         offered_tools(options)  # a tool_choice that names no offered tool: ConfigError, no request
+        check_standard(options)  # an anti-repetition value of the user's: ConfigError, no request
         retrier = Retrier(client.endpoint, should_stop)
         self.figures = {}
         while True:
@@ -118,7 +157,7 @@ class RemoteLlmSession(LlmSession):
             try:
                 stream = self._request(messages, options)
             except Exception as exc:  # noqa: BLE001 - every failure is translated for the user
-                error = client.error(exc, self.llm.model)
+                error = self._refused(exc, client.error(exc, self.llm.model))
                 if retrier.again(error):
                     continue
                 raise error from None

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from engine.backends.base import ChatMessage, GenerationOptions, ToolCall, ToolSpec
+from engine.backends.llm.text_stream import ThinkFilter, partial_marker
 from engine.errors import ConfigError, ModelError
 
 ToolFormat = Literal["hermes", "llama3"]
@@ -160,14 +161,24 @@ def template_messages(messages: Sequence[ChatMessage], hint: str | None = None) 
     return converted
 
 
+#: What every local backend tells a chat template: no reasoning before the answer. A hybrid
+#: thinking template (Qwen3's) then closes an empty ``<think>`` block in the generation
+#: prompt; templates without the switch ignore it. A voice reply has a budget of tens of
+#: tokens, which reasoning would spend (and TTS would read out).
+THINKING_OFF: Mapping[str, Any] = {"enable_thinking": False}
+
+
 def render_chat(tokenizer, model_name: str, fmt: ToolFormat | None, messages: Sequence[ChatMessage],
                 options: GenerationOptions | None, **kwargs: Any) -> Any:
-    """``tokenizer.apply_chat_template`` of ``messages`` with the tools ``options`` offer.
+    """``tokenizer.apply_chat_template`` of ``messages`` with the tools ``options`` offer,
+    thinking off (``THINKING_OFF``).
 
     Without tools it is the plain call (the prompt a conversation always had, so a KV
     cache's prefix stays valid); with tools it adds ``tools=`` and, for a forced
-    ``tool_choice``, the hint as a last system message. ModelError when tools are offered
-    to a template without a known ``fmt``, or the template refuses the conversation.
+    ``tool_choice``, the hint as a last system message. A Llama 3.x template takes one
+    call per assistant message: an answer that made several is rendered as one message
+    per call, each followed by its result. ModelError when tools are offered to a
+    template without a known ``fmt``, or the template refuses the conversation.
     """
     from jinja2.exceptions import TemplateError
 
@@ -176,11 +187,42 @@ def render_chat(tokenizer, model_name: str, fmt: ToolFormat | None, messages: Se
         raise ModelError(f"cannot offer tools: {no_tools_reason(model_name)}")
     hint = choice_hint(options) if options is not None and tools else None
     extra = {"tools": [t.as_openai() for t in tools]} if tools else {}
+    converted = template_messages(messages, hint)
+    if fmt == LLAMA3:
+        converted = one_call_per_message(converted)
     try:
-        return tokenizer.apply_chat_template(template_messages(messages, hint), **kwargs, **extra)
+        return tokenizer.apply_chat_template(converted, **{**THINKING_OFF, **kwargs}, **extra)
     except TemplateError as exc:
         raise ModelError(f"the chat template of {model_name} cannot render this conversation: "
                          f"{exc}") from None
+
+
+def one_call_per_message(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """``messages`` with each assistant message of several calls split into one message
+    per call, each followed by the ``tool`` message that answers it (matched by
+    ``tool_call_id``; answers that match no call follow in their order)."""
+    out: list[ChatMessage] = []
+    at = 0
+    while at < len(messages):
+        message = messages[at]
+        at += 1
+        calls = list(message.get("tool_calls") or ()) if message.get("role") == "assistant" else []
+        if len(calls) < 2:
+            out.append(message)
+            continue
+        answers: list[ChatMessage] = []
+        while at < len(messages) and messages[at].get("role") == "tool":
+            answers.append(messages[at])
+            at += 1
+        for number, call in enumerate(calls):
+            out.append({**message, "content": message.get("content") if number == 0 else "",
+                        "tool_calls": [call]})
+            answer = next((a for a in answers if str(a.get("tool_call_id")) == str(call.get("id"))), None)
+            if answer is not None:
+                answers.remove(answer)
+                out.append(answer)
+        out.extend(answers)
+    return out
 
 
 def _assistant_for_template(message: ChatMessage, calls: Iterable[Any],
@@ -256,8 +298,10 @@ def _call_object(value: object, fmt: ToolFormat, tools: Sequence[ToolSpec], sour
 
 def _json_values(text: str, separators: str, source: str) -> list[Any]:
     """The JSON values ``text`` holds one after another (blanks or ``separators`` between);
-    ToolCallError quoting ``source`` where one does not parse."""
-    decoder = json.JSONDecoder()
+    ToolCallError quoting ``source`` where one does not parse. A raw newline or tab inside
+    a string (which strict JSON spells ``\\n``) is read as that character: a model that
+    writes a multi-line argument that way means it."""
+    decoder = json.JSONDecoder(strict=False)
     values, at = [], 0
     while True:
         while at < len(text) and (text[at].isspace() or text[at] in separators):
@@ -272,17 +316,6 @@ def _json_values(text: str, separators: str, source: str) -> list[Any]:
 
 
 # ---------------------------------------------------------------------- the streaming splitter
-def _partial_marker(text: str, markers: Iterable[str]) -> int:
-    """How many trailing characters of ``text`` could be the start of a marker."""
-    longest = 0
-    for marker in markers:
-        for size in range(min(len(marker) - 1, len(text)), longest, -1):
-            if marker.startswith(text[-size:]):
-                longest = size
-                break
-    return longest
-
-
 class ToolCallSplitter:
     """Splits one reply, fed piece by piece, into speakable text and checked calls.
 
@@ -337,7 +370,7 @@ class ToolCallSplitter:
                 spoken.append(text[:start])
                 self._pending, self._in_call = text[start + len(OPEN_TAG):], True
                 continue
-            keep = _partial_marker(text, (OPEN_TAG, CLOSE_TAG))
+            keep = partial_marker(text, (OPEN_TAG, CLOSE_TAG))
             spoken.append(text[:len(text) - keep])
             self._pending = text[len(text) - keep:]
             return "".join(spoken)
@@ -370,20 +403,24 @@ class ToolCallSplitter:
         if tag >= 0:
             self._pending, self._in_call = text[tag + len(PYTHON_TAG):], True
             return text[:tag]
-        keep = _partial_marker(text, (PYTHON_TAG,))
+        keep = partial_marker(text, (PYTHON_TAG,))
         self._pending = text[len(text) - keep:]
         return text[:len(text) - keep]
 
 
 class CallFilter:
-    """One reply's text through a ToolCallSplitter; as it is when no tools were offered
-    (``fmt`` None or no ``tools``)."""
+    """One reply's text with any ``<think>`` reasoning dropped (``ThinkFilter``), then
+    through a ToolCallSplitter where tools were offered (``fmt`` and ``tools``).
+    ``thinking_open``: the prompt left a ``<think>`` block open (``opens_thinking``)."""
 
-    def __init__(self, fmt: ToolFormat | None, tools: Sequence[ToolSpec]) -> None:
+    def __init__(self, fmt: ToolFormat | None, tools: Sequence[ToolSpec], *,
+                 thinking_open: bool = False) -> None:
+        self.thinking = ThinkFilter(opened=thinking_open)
         self.splitter = ToolCallSplitter(fmt, tools) if fmt and tools else None
 
     def split(self, piece: str, finished: bool) -> tuple[str, tuple[ToolCall, ...]]:
         """What of ``piece`` is spoken now, and (when ``finished``) the reply's calls."""
+        piece = self.thinking.feed(piece) + (self.thinking.finish() if finished else "")
         if self.splitter is None:
             return piece, ()
         spoken = self.splitter.feed(piece)

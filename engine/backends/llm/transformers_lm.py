@@ -7,6 +7,10 @@ conversation's KV cache and keeps it between turns, so a turn prefills only the 
 that differ from what the cache already holds. Forward passes of all sessions on one
 model are serialized by the model's lock; sessions interleave token by token.
 
+Thinking is off: the chat template gets ``enable_thinking=False`` (Qwen3's closes an
+empty ``<think>`` block; others ignore it) and any ``<think>…</think>`` a model still
+writes is dropped from the steps' text (``text_stream.ThinkFilter``).
+
 Tools (``engine.backends.llm.tool_calls``): a chat template in a call format we read
 renders the offered tools, and the reply goes through a ``ToolCallSplitter``: call text is
 in no step's ``text``, the calls are on the last step; marker tokens are decoded even where
