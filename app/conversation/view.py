@@ -52,6 +52,7 @@ class TurnItem(QWidget):
         self.cancelled = ""
         self.typed = False  # the user typed the words (the message box) instead of saying them
         self.spoken_reply = True  # False: a typed turn answered in text only
+        self.language_mark = ""  # the turn's language, shown where it changed ("fr")
         self.tool_rows: dict[str, ToolCallRow] = {}  # by call id, in call order
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 4, 0, 4)
@@ -197,7 +198,9 @@ class TurnItem(QWidget):
         if self.transcript is not None:
             text = html.escape(self.transcript) if self.transcript else \
                 f"<i style='color:{muted}'>(no words recognised)</i>"
-            self.user_caption.setText(self._typed_caption() if self.typed else "You")
+            self.user_caption.setText((self._typed_caption() if self.typed else "You")
+                                      + (f"  ·  language: {self.language_mark}"
+                                         if self.language_mark else ""))
         elif self.stable or self.unstable:
             text = html.escape(self.stable)
             if self.unstable:
@@ -210,6 +213,11 @@ class TurnItem(QWidget):
 
     def _typed_caption(self) -> str:
         return "You  ·  typed" + ("" if self.spoken_reply else "  ·  reply in text only")
+
+    def mark_language(self, language: str) -> None:
+        """Say in the caption that this turn was in ``language`` (it changed here)."""
+        self.language_mark = language
+        self._render_user()
 
     def restyle(self) -> None:
         """Render again with the current palette (inline colours of the muted parts)."""
@@ -276,6 +284,7 @@ class ConversationView(QScrollArea):
         self._dots.timeout.connect(self._step_thinking)
         self._step = 0
         self._tool_servers: dict[str, str] = {}  # tool name -> the MCP server that runs it
+        self._language: str | None = None  # the language of the last turn that had one
         theme.notifier().changed.connect(self._restyle)
 
     # ------------------------------------------------------------------ event slots
@@ -359,6 +368,10 @@ class ConversationView(QScrollArea):
             item.set_final(record.transcript)
         if record.reply and not item.reply:
             item.add_reply(record.reply)
+        if record.language:
+            if self._language is not None and record.language != self._language:
+                item.mark_language(record.language)  # the conversation changed language
+            self._language = record.language
         item.set_finished(record.voice_to_voice)
 
     def clear(self) -> None:

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from PySide6.QtCore import QObject, Signal
 
 from app.core.background import emit_safely
-from engine.pipeline.events import (EngineError, Event, FinalTranscript, HistorySummarized, PartialTranscript,
-                                    ReplyText, TimerDue, ToolCallFinished, ToolCallStarted, TurnCancelled,
-                                    TurnFinished, UserSpeaking)
+from engine.pipeline.events import (EngineError, Event, FinalTranscript, HistorySummarized, Notice,
+                                    PartialTranscript, ReplyText, TimerDue, ToolCallFinished,
+                                    ToolCallStarted, TurnCancelled, TurnFinished, UserSpeaking)
 
 
 class EventBridge(QObject):
@@ -75,7 +75,7 @@ class EventBridge(QObject):
             return self.turn_cancelled, event.unit, event.turn_id, event.reason
         if isinstance(event, TurnFinished):
             return self.turn_finished, event.record
-        if isinstance(event, EngineError):
+        if isinstance(event, EngineError | Notice):  # a notice is shown the same way, once
             return self.engine_error, event.stage, event.message
         if isinstance(event, ToolCallStarted):
             return self.tool_started, event.unit, event.turn_id, event.call

@@ -14,16 +14,20 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout
                                QHBoxLayout, QLabel, QLineEdit, QPushButton, QScrollArea, QSpinBox,
                                QVBoxLayout, QWidget)
 
+from app.core.widgets import set_item_enabled
 from app.settings.fields import field_label, make_editor
 from engine.backends import BackendRegistry
-from engine.config import STAGES, config_fields
+from engine.backends.languages import LANGUAGE_NAMES, language_name
+from engine.config import AUTO_LANGUAGE, STAGES, WHISPER_LANGUAGES, config_fields
 
 AUTO = "auto"
 STAGE_TITLES = {"vad": "Voice detection", "stt": "Speech to text", "llm": "Language model",
                 "tts": "Text to speech"}
 PTT_KEYS = ("Space", "F8", "F9", "F10", "Insert", "Pause")
 #: Shown in the Conversation group, read and written like the Advanced fields.
-CONVERSATION_FIELDS = (("turns.end_of_turn", "End of turn"),
+CONVERSATION_FIELDS = (("stt.language", "Language"),
+                       ("tts.voices", "Voice per language"),
+                       ("turns.end_of_turn", "End of turn"),
                        ("turns.end_of_turn_threshold", "End-of-turn threshold"),
                        ("audio.echo_cancellation", "Echo cancellation"),
                        ("history.enabled", "History"))
@@ -107,7 +111,7 @@ def compute_group(registry: BackendRegistry) -> ComputeGroup:
             missing = spec.missing_package()
             i = backend.count() - 1
             if missing:
-                backend.model().item(i).setEnabled(False)
+                set_item_enabled(backend, i, enabled=False)
                 backend.setItemData(i, f"not installed: pip install 'parley[{spec.extra}]' "
                                        f"(needs {missing})", Qt.ItemDataRole.ToolTipRole)
             else:
@@ -183,7 +187,12 @@ def conversation_group() -> ConversationGroup:
     editors: dict[str, QWidget] = {}
     for dotted, text in CONVERSATION_FIELDS:
         if dotted in fields:
-            editor = editors[dotted] = make_editor(dotted, *fields[dotted])
+            editor = editors[dotted] = (language_combo(dotted, *fields[dotted])
+                                        if dotted == "stt.language"
+                                        else make_editor(dotted, *fields[dotted]))
+            if dotted == "tts.voices" and isinstance(editor, QLineEdit):
+                editor.setPlaceholderText("auto, or e.g. fr=ff_siwis, de=/voices/de_DE-thorsten-"
+                                          "medium.onnx, ja=none")
             editor.setAccessibleName(text)
             if isinstance(editor, QCheckBox) and dotted in CHECKBOX_TEXTS:
                 editor.setText(CHECKBOX_TEXTS[dotted])
@@ -192,6 +201,22 @@ def conversation_group() -> ConversationGroup:
     ptt_key.addItems(PTT_KEYS)
     form.addRow("Push-to-talk key", ptt_key)
     return ConversationGroup(box, live, barge_in, editors, ptt_key)
+
+
+def language_combo(dotted: str, field, tp: type) -> QComboBox:
+    """``stt.language``: Auto (detected per turn), then every language Whisper knows, the
+    ones Parley names first; an editor like ``make_editor``'s (its tooltip, its name)."""
+    template = make_editor(dotted, field, tp)
+    combo = _combo(template.objectName(), "Language")
+    combo.setToolTip(template.toolTip())
+    combo.setAccessibleDescription(template.accessibleDescription())
+    combo.setProperty("dotted", dotted)
+    combo.addItem("Auto (detected per turn)", AUTO_LANGUAGE)
+    named = [code for code in LANGUAGE_NAMES if code in WHISPER_LANGUAGES]
+    for code in named + sorted(set(WHISPER_LANGUAGES) - set(named)):
+        combo.addItem(language_name(code), code)
+    template.deleteLater()
+    return combo
 
 
 def advanced_group(skip: set[str]) -> tuple[QGroupBox, dict[str, QWidget]]:

@@ -252,7 +252,7 @@ class MicCheck:
         speech_s = turn.t_speech_end - turn.t_speech_start
         self.phase = "transcribing"
         try:
-            result = self.stt_model.transcribe(turn.audio, self.stt.language or None,
+            result = self.stt_model.transcribe(turn.audio, self.stt.spoken_language,
                                                self.stt.beam_size, self.stt.fit_window_s)
             text = str(result.text).strip()
         except Exception as exc:  # the model's failure, shown, not raised

@@ -53,14 +53,20 @@ def word_errors(reference: str, hypothesis: str) -> tuple[int, int]:
     """(substitutions + deletions + insertions, words in the reference), after
     ``normalize_words``: the edit distance between the two word sequences."""
     ref, hyp = normalize_words(reference).split(), normalize_words(hypothesis).split()
-    previous = list(range(len(hyp) + 1))
-    for i, word in enumerate(ref, 1):
+    return edit_distance(ref, hyp), len(ref)
+
+
+def edit_distance(reference: list[str], hypothesis: list[str]) -> int:
+    """Substitutions + deletions + insertions from ``reference`` to ``hypothesis`` (word
+    lists, compared as given)."""
+    previous = list(range(len(hypothesis) + 1))
+    for i, word in enumerate(reference, 1):
         current = [i]
-        for j, heard in enumerate(hyp, 1):
+        for j, heard in enumerate(hypothesis, 1):
             current.append(min(previous[j] + 1, current[j - 1] + 1,
                                previous[j - 1] + (word != heard)))
         previous = current
-    return previous[-1], len(ref)
+    return previous[-1]
 
 
 def word_error_rate(reference: str, hypothesis: str) -> float:

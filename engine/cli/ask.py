@@ -25,6 +25,15 @@ _AUDIO = ("write the spoken reply to this WAV file; without it the reply is text
           "(no audio is made, nothing plays)")
 
 
+def add_language_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--language CODE``: ``stt.language`` (the same as ``--stt-language``), said for
+    ``what`` the command takes in."""
+    parser.add_argument("--language", dest="stt.language", metavar="CODE", default=None,
+                        help=f"the language of {what}: a Whisper code (en, fr, de, es...) or auto "
+                             "(detected per turn; needs a multilingual STT model); the reply "
+                             "is in it (same as --stt-language)")
+
+
 def add_arguments(parser: argparse.ArgumentParser, add_config_flags: AddConfigFlags) -> None:
     """The arguments of ``ask``, then every engine setting's flag."""
     parser.add_argument("message", nargs="?", default=None,
@@ -32,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser, add_config_flags: AddConfigFl
     parser.add_argument("--output", metavar="WAV", help=_AUDIO)
     parser.add_argument("--json", action="store_true",
                         help="print one JSON record: the reply, the audio file, the turn's figures")
+    add_language_argument(parser, "the message")
     add_privacy_arguments(parser, turns="the message and its reply")
     add_config_flags(parser)
 

@@ -25,7 +25,7 @@ from engine.engine import Engine
 from engine.errors import AudioInputError, NoSpeechError, ParleyError
 from engine.history.recorder import record_history
 from engine.history.store import HistoryStore
-from engine.pipeline.events import EngineError, Event, FinalTranscript, ReplyText
+from engine.pipeline.events import EngineError, Event, FinalTranscript, Notice, ReplyText
 from engine.recording import load_engine, run_recording
 from engine.pipeline.critical_path import median_turn
 from engine.report import bench_summary, format_bench, format_budget, format_turn, turn_dict
@@ -51,6 +51,8 @@ def _echo(echo: bool) -> Callable[[Event], None]:
     def show(event: Event) -> None:
         if isinstance(event, EngineError):
             print(f"error in {event.stage}: {event.message}", file=sys.stderr)
+        elif isinstance(event, Notice):
+            print(f"note: {event.message}", file=sys.stderr)
         elif echo and isinstance(event, FinalTranscript):
             print(f"you:    {event.text}", file=sys.stderr)
         elif echo and isinstance(event, ReplyText):

@@ -38,8 +38,12 @@ class PartialTranscript(Event):
 
 @dataclass(frozen=True, slots=True)
 class FinalTranscript(Event):
+    """A turn's words, with their language where the STT knows it (``Transcript``)."""
+
     turn_id: int
     text: str
+    language: str | None = None
+    language_probability: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +133,16 @@ class EngineError(Event):
     stage: str
     message: str
     turn_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Notice(Event):
+    """Something the user should know that failed nothing, said once: e.g. the TTS stage's
+    "replies in German (de) are shown as text, not spoken: ..." (a language with no voice).
+    """
+
+    stage: str
+    message: str
 
 
 @dataclass(frozen=True, slots=True)

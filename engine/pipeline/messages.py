@@ -88,6 +88,12 @@ class Transcript(Message):
     #: Other readings of the same speech where the STT was unsure of its words
     #: (``SttResult.other_readings``): the learned end of turn scores each.
     other_readings: tuple[str, ...] = ()
+    #: The language of ``text`` (a Whisper code such as "fr"): the one ``stt.language``
+    #: names, or with auto the turn's (``engine/stages/stt_language.py``); None where
+    #: unknown (a typed turn, a remote STT). The reply is written and spoken in it.
+    language: str | None = None
+    #: Whisper's probability of ``language`` in this turn's speech, where it was detected.
+    language_probability: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,12 +101,15 @@ class TextChunk(Message):
     """A clause or sentence of the assistant's reply, on its way to TTS.
 
     ``last`` marks the end of the reply (its text may be empty); ``speak`` False: the
-    reply is text only, and TTS passes it on without audio.
+    reply is text only, and TTS passes it on without audio. ``language`` (ISO 639-1, e.g.
+    "fr") is the reply's language, the turn's: TTS speaks it with a voice of that
+    language (``tts.voices``); None: the unit's one voice (``tts.voice``).
     """
 
     text: str
     last: bool
     speak: bool = True
+    language: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -108,6 +108,17 @@ class Figure(enum.StrEnum):
     STT_RTF = ("stt_rtf", "STT real-time factor", UnitOfMeasure.RATIO, "report", "bench")
     TTS_RTF = ("tts_rtf", "TTS real-time factor", UnitOfMeasure.RATIO, "derived", "report", "bench")
     DROPPED_REVISIONS = ("dropped_revisions", "dropped revisions", UnitOfMeasure.COUNT, "report")
+    # Every reply requested for the turn, the dropped revisions' included (a speculative
+    # request to a metered API costs its tokens even when dropped): how many, and their
+    # prompt and completion tokens as the model reported them (a request cut off before a
+    # remote server's usage came counts its streamed tokens and no prompt tokens).
+    LLM_REQUESTS = ("llm_requests", "LLM requests (speculative included)", UnitOfMeasure.COUNT,
+                    "report")
+    LLM_TURN_PROMPT_TOKENS = ("llm_turn_prompt_tokens", "LLM prompt tokens, all requests",
+                              UnitOfMeasure.COUNT, "report")
+    LLM_TURN_COMPLETION_TOKENS = ("llm_turn_completion_tokens",
+                                  "LLM completion tokens, all requests", UnitOfMeasure.COUNT,
+                                  "report")
     LLM_HISTORY_TURNS = ("llm_history_turns", "past turns in the prompt", UnitOfMeasure.COUNT)
     TTS_COMPUTE_S = ("tts_compute_s", "TTS compute (whole reply)", UnitOfMeasure.SECONDS)
     TTS_AUDIO_S = ("tts_audio_s", "TTS audio made", UnitOfMeasure.SECONDS)
@@ -133,6 +144,10 @@ class Figure(enum.StrEnum):
     LLM_HEADERS_S = ("llm_headers_s", "LLM time to response headers", UnitOfMeasure.SECONDS, "report")
     STT_NETWORK_S = ("stt_network_s", "STT network (connect + upload)", UnitOfMeasure.SECONDS, "report")
     STT_HEADERS_S = ("stt_headers_s", "STT time to response headers", UnitOfMeasure.SECONDS, "report")
+    # stt.language auto: Whisper's probability of the language the turn was heard in
+    # (the language itself is ``TurnRecord.language``).
+    STT_LANGUAGE_P = ("stt_language_p", "STT language probability", UnitOfMeasure.RATIO,
+                      "report")
     TTS_NETWORK_S = ("tts_network_s", "TTS network (connect + send)", UnitOfMeasure.SECONDS, "report")
     TTS_HEADERS_S = ("tts_headers_s", "TTS time to response headers", UnitOfMeasure.SECONDS, "report")
     # Waits inside the critical path's work: on a lock another thread held (the MLX lock,
@@ -177,6 +192,9 @@ class TurnRecord:
     finished: bool
     figures: Mapping[Figure, float] = field(default_factory=dict)
     kind: TurnKind = TurnKind.SPOKEN
+    #: The language the turn's words were heard in (``Transcript.language``); None where
+    #: unknown.
+    language: str | None = None
 
     def since_speech_end(self, mark: Mark) -> float | None:
         """Seconds from the end of the user's speech to ``mark`` (None if missing)."""
@@ -255,6 +273,7 @@ class _Turn:
     figures: dict[Figure, float] = field(default_factory=dict)
     min_generation: int = 0  # work of older generations (a dropped revision) is ignored
     kind: TurnKind = TurnKind.SPOKEN
+    language: str | None = None
 
 
 class Metrics:
@@ -318,11 +337,14 @@ class Metrics:
             turn.figures[name] = value
             return True
 
-    def set_transcript(self, unit: int, turn_id: int, text: str, generation: int | None = None) -> None:
+    def set_transcript(self, unit: int, turn_id: int, text: str, generation: int | None = None,
+                       *, language: str | None = None) -> None:
+        """The turn's words, and the language they were heard in where known."""
         with self._lock:
             turn = self._current(unit, turn_id, generation)
             if turn is not None:
                 turn.transcript = text
+                turn.language = language
 
     def set_kind(self, unit: int, turn_id: int, kind: TurnKind) -> None:
         """How the turn's words came in (``TurnKind``); a turn is spoken unless told."""
@@ -346,6 +368,7 @@ class Metrics:
             turn.marks = {k: v for k, v in turn.marks.items() if k is Mark.SPEECH_START}
             turn.reply.clear()
             turn.transcript = ""
+            turn.language = None
             dropped = turn.figures.get(Figure.DROPPED_REVISIONS, 0.0) + 1
             turn.figures = {Figure.DROPPED_REVISIONS: dropped}
 
@@ -401,7 +424,7 @@ class Metrics:
         return TurnRecord(unit=turn.unit, turn_id=turn.turn_id, marks=dict(turn.marks),
                           transcript=turn.transcript, reply="".join(turn.reply).strip(),
                           cancelled=turn.cancelled, finished=turn.finished,
-                          figures=dict(turn.figures), kind=turn.kind)
+                          figures=dict(turn.figures), kind=turn.kind, language=turn.language)
 
 
 def _check_recordable(name: object) -> None:

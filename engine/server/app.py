@@ -369,7 +369,8 @@ class RealtimeApp:
         try:
             session.attach(lease.pipeline, source, unit_number=unit, voice_for=self._voice_for,
                            metrics=self.engine.metrics, parley={**self._parley_info(), **queued},
-                           capabilities=self._capabilities(lease.pipeline))
+                           capabilities=self._capabilities(lease.pipeline),
+                           check_language=model_of(self.engine.models, "stt").check_language)
             for data in held.messages:  # what the client sent while it waited, in order
                 if isinstance(data, str):
                     await session.handle_text(data)

@@ -122,6 +122,7 @@ class RealtimeSession:
         self.conversation = Conversation()
         self.responses = Responses(send, self._response_item, wire.new_id("conv"))
         self._voice_for: Callable[[str], str] | None = None
+        self._check_language: Callable[[str | None], None] | None = None
         self._capabilities = Capabilities()
         self._defaults = PLAIN_REPLY  # the session's tools and output modalities
         self._session_notes: list[str] = []
@@ -160,16 +161,20 @@ class RealtimeSession:
     # ------------------------------------------------------------------ lifecycle
     def attach(self, unit: Unit, source: StreamSource, *, unit_number: int,
                voice_for: Callable[[str], str] | None = None, metrics: Metrics | None = None,
-               parley: dict | None = None, capabilities: Capabilities | None = None) -> None:
+               parley: dict | None = None, capabilities: Capabilities | None = None,
+               check_language: Callable[[str | None], None] | None = None) -> None:
         """Serve on ``unit`` (fed by ``source``, a StreamSource); sends ``session.created``.
 
         ``voice_for(name)`` is the loaded TTS's voice a client's voice name stands for
         (OpenAI's names are mapped), a ConfigError if it has none (called in the
         executor); ``metrics`` is the engine's (turn timelines); ``parley``: what the
         server tells the client about itself (notes, placements); ``capabilities``: what
-        the models can do (learned end of turn, tools).
+        the models can do (learned end of turn, tools); ``check_language(code)``: a
+        ConfigError where the loaded STT cannot transcribe a client's transcription
+        language (called in the executor).
         """
         self._unit, self._source, self._voice_for = unit, source, voice_for
+        self._check_language = check_language
         self._unit_number, self._metrics = unit_number, metrics
         self._capabilities = capabilities or Capabilities()
         self._base = unit.config
@@ -287,6 +292,13 @@ class RealtimeSession:
                     change.notes.append(f"voice {change.voice!r} -> {voice}")
             except ConfigError as exc:
                 change.errors.append(ClientError(INVALID_VALUE, str(exc), "session.audio.output.voice"))
+        param = change.params.get("stt.language")
+        if param is not None and self._check_language is not None:
+            try:
+                self._check_language(config.stt.language)
+            except ConfigError as exc:  # a language the STT lacks: refused, the old one kept
+                change.errors.append(ClientError(INVALID_VALUE, str(exc), param))
+                config = replace(config, stt=replace(config.stt, language=self._unit.config.stt.language))
         self._unit.apply(config, {})
 
     async def _append(self, message: dict, event_id: str | None) -> None:
@@ -602,7 +614,8 @@ class RealtimeSession:
                    if Mark.SPEECH_END in marks and Mark.SPEECH_START in marks else 0.0)
         self._send(wire.event("conversation.item.input_audio_transcription.completed",
                               item_id=item_id, content_index=0, transcript=event.text,
-                              usage={"type": "duration", "seconds": round(max(0.0, seconds), 3)}))
+                              usage={"type": "duration", "seconds": round(max(0.0, seconds), 3)},
+                              **transcript_language(event)))
         item = wire.user_item(item_id, [{"type": "input_audio", "transcript": event.text}])
         self.conversation.update(item)
         self._send(wire.event("conversation.item.done", item=item))
@@ -619,6 +632,18 @@ class RealtimeSession:
         for response in self.responses.active():  # barge-in cancels every reply in flight
             reason = "client_cancelled" if response.cancel_requested else "turn_detected"
             self.responses.finish(response, "cancelled", reason=reason)
+
+
+def transcript_language(event: FinalTranscript) -> dict:
+    """Parley's fields of a transcription event beyond OpenAI's: the language the words
+    were heard in (``input_audio_transcription.language``, or detected with none set) and,
+    where Whisper detected it, its probability; nothing where the STT does not say."""
+    if event.language is None:
+        return {}
+    fields: dict = {"language": event.language}
+    if event.language_probability is not None:
+        fields["language_probability"] = round(event.language_probability, 4)
+    return fields
 
 
 def _turn_info(record) -> dict:

@@ -55,6 +55,15 @@ def turn_detection(config: EngineConfig) -> dict | None:
             "interrupt_response": config.turns.barge_in is BargeIn.FULL_DUPLEX}
 
 
+def transcription(config: EngineConfig) -> dict:
+    """The session's ``audio.input.transcription``: its ``language`` where one is set;
+    none where each turn's is detected (``stt.language`` auto, as OpenAI leaves it out)."""
+    out: dict = {"model": "parley"}
+    if not config.stt.detects_language:
+        out["language"] = config.stt.language
+    return out
+
+
 def session_object(session_id: str, config: EngineConfig, parley: dict, *, speak: bool = True,
                    tools: tuple[ToolSpec, ...] = (), tool_choice: str = "auto") -> dict:
     """The ``session`` of ``session.created`` / ``session.updated``."""
@@ -65,7 +74,7 @@ def session_object(session_id: str, config: EngineConfig, parley: dict, *, speak
         "max_output_tokens": config.llm.max_new_tokens,
         "audio": {
             "input": {"format": dict(PCM_FORMAT), "noise_reduction": None,
-                      "transcription": {"model": "parley"},
+                      "transcription": transcription(config),
                       "turn_detection": turn_detection(config)},
             "output": {"format": dict(PCM_FORMAT), "voice": config.tts.voice,
                        "speed": config.tts.speed},

@@ -16,13 +16,22 @@ _SENTENCE_END = re.compile(r"[.!?…]+" + _CLOSERS + r"(?=\s)")
 # CJK writing puts no space after a full stop: the next character itself is the proof.
 _CJK_END = re.compile(r"[。！？｡]+[」』）】〉》\"”’]*")
 _CLAUSE_END = re.compile(r"[,;:—–]+" + _CLOSERS + r"(?=\s)")
+# CJK clause marks need no space after them either.
+_CJK_CLAUSE = re.compile(r"[、，；：]+")
 # A hyphen written as a dash between two words ("Paris - the capital"); never between
 # digits ("3 - 2") and never a list marker (that starts a line, with no word before it).
 _SPACED_DASH = re.compile(r"(?<=[^\W\d_]) --?(?=[ \t]+[^\W\d_])")
 # Before these a clause starts ("..., but", "... because it"): the first piece may end
 # just before one. Only the unambiguous ones: "and", "or", "so", "while", "since" and
 # "which" as often join two words or start a phrase ("salt and pepper", "so much").
-_CONJUNCTION = re.compile(r"[ \t]+(?=(?:but|because|although|whereas|unless)[ \t])")
+_CONJUNCTIONS = {
+    "en": "but|because|although|whereas|unless",
+    "fr": "mais|parce|car|puisque|quoique|tandis",
+    "de": "aber|weil|obwohl|sondern|denn|während",
+    "es": "pero|porque|aunque|sino|mientras",
+}
+_CONJUNCTION = {lang: re.compile(r"[ \t]+(?=(?:" + words + r")[ \t])")
+                for lang, words in _CONJUNCTIONS.items()}
 # "all but", "nothing but": no new clause follows these.
 _NOT_BEFORE_BUT = {"all", "anything", "nothing", "everything", "everyone", "nobody", "none",
                    "not", "last", "cannot", "can't", "couldn't"}
@@ -32,6 +41,21 @@ _NEWLINE = re.compile(r"\n")
 _NEVER_END = {"mr", "mrs", "ms", "dr", "prof", "st", "vs", "e.g", "i.e", "cf", "approx"}
 # These end a sentence only when a capital letter follows ("apples, etc. and pears").
 _END_BEFORE_CAPITAL = {"etc", "jr", "sr", "inc", "ltd", "co"}
+# The same per language (the words before the ".", lowercased), on top of the above.
+_NEVER_END_IN = {
+    "fr": {"mme", "mlle", "mm", "p", "ex", "p.ex", "env", "c.-à-d", "n°"},
+    "de": {"z", "z.b", "d", "d.h", "u", "u.a", "bzw", "nr", "str", "ca", "evtl", "vgl",
+           "hr", "fr", "sog", "bzgl"},
+    "es": {"sra", "srta", "dra", "ud", "uds", "p", "ej", "p.ej", "núm", "aprox", "pág"},
+}
+_END_BEFORE_CAPITAL_IN = {"fr": {"av", "apr"}, "de": {"usw", "etc"}, "es": {"etc"}}
+# A German ordinal ("am 3. Mai"): a number and "." before a month or a lowercase word.
+_GERMAN_MONTHS = {"januar", "februar", "märz", "april", "mai", "juni", "juli", "august",
+                  "september", "oktober", "november", "dezember", "jänner"}
+# Marks that open a sentence before its first letter: "¿Qué?", "¡Sí!", "«Oui»".
+_OPENERS = "¿¡\"'“‘«(["
+# Languages written without spaces between words: a first clause counts characters.
+_UNSPACED = {"ja", "zh"}
 
 # A line that is a Markdown block of its own: list item, heading, table row, fence, rule.
 # A line break before or after one is a cut, so each list item is its own piece. (Quote
@@ -66,15 +90,25 @@ class ClauseChunker:
     mark, so "3,000" and "10:30" stay whole. Where that depends on text still to come, the
     cut waits for it. ``sentences`` counts the pieces that ended a sentence or a
     line (first-clause pieces do not count), for the caller's cap on reply length.
+
+    ``language`` (ISO 639-1, the reply's) adds that language's abbreviations and the
+    conjunctions that start its clauses (French, German, Spanish; English by default);
+    CJK sentence ends (``。！？``) and clause marks (``、，``) cut without a space after
+    them, and a Spanish sentence may open with ``¿`` or ``¡``.
     """
 
-    def __init__(self, min_first_words: int = 3) -> None:
+    def __init__(self, min_first_words: int = 3, language: str | None = None) -> None:
         self._buffer = ""
         # The start of the line the buffer begins in (text already cut off before it):
         # tells whether the buffer starts a line and whether that line is a list item.
         self._line_head = ""
         self._sent_any = False
         self._min_first_words = min_first_words
+        self._language = language or "en"
+        self._conjunction = _CONJUNCTION.get(self._language)
+        self._never_end = _NEVER_END | _NEVER_END_IN.get(self._language, set())
+        self._end_before_capital = (_END_BEFORE_CAPITAL
+                                    | _END_BEFORE_CAPITAL_IN.get(self._language, set()))
         self.sentences = 0
 
     def feed(self, delta: str) -> list[str]:
@@ -136,11 +170,12 @@ class ClauseChunker:
         for m in _NEWLINE.finditer(text):
             candidates.append((m.start(), 2, m))
         if not self._sent_any and self._min_first_words > 0:
-            for pattern in (_CLAUSE_END, _SPACED_DASH):
+            for pattern in (_CLAUSE_END, _SPACED_DASH, _CJK_CLAUSE):
                 for m in pattern.finditer(text):
                     candidates.append((m.end(), 3, m))
-            for m in _CONJUNCTION.finditer(text):
-                candidates.append((m.start(), 4, m))
+            if self._conjunction is not None:
+                for m in self._conjunction.finditer(text):
+                    candidates.append((m.start(), 4, m))
         for at, rule, m in sorted(candidates, key=lambda c: (c[0], c[1])):
             if at == 0 or any(start < at < end for start, end in held):
                 continue
@@ -154,6 +189,9 @@ class ClauseChunker:
                 words = text[:at].split()
                 # Words say something: a lone "-" or "**" before the break is no word.
                 enough = sum(any(c.isalnum() for c in w) for w in words) >= self._min_first_words
+                if self._language in _UNSPACED and not enough:
+                    # No spaces: two characters stand for a word (most words are two).
+                    enough = sum(c.isalnum() for c in text[:at]) >= 2 * self._min_first_words
                 if rule == 4 and enough:
                     enough = (text[at - 1].isalnum()  # not after a mark: "idiom) but"
                               and words[-1].lower() not in _NOT_BEFORE_BUT)
@@ -178,7 +216,7 @@ class ClauseChunker:
         word = before.rsplit(None, 1)[-1] if before.strip() else ""
         word = word.lstrip("(\"'*_[“‘«").lower()
         following = text[m.end():].lstrip()
-        next_char = following[:1]
+        next_char = following.lstrip(_OPENERS)[:1] or following[:1]
         if "…" in marks or ".." in marks:
             # "Wait... no" goes on; "Wait... No" is a new sentence.
             if not next_char:
@@ -188,11 +226,17 @@ class ClauseChunker:
             return _END
         if _NUMBERED_MARKER.fullmatch(before):
             return _SKIP  # "1. " opening a numbered list item
-        if word in _NEVER_END:
+        if word in self._never_end:
             return _SKIP
+        if self._language == "de" and word.isdigit():
+            if not any(c.isspace() for c in following):
+                return _WAIT  # the next word is still coming
+            after = following.split(None, 1)[0].strip(".,;:!?").lower()
+            if after in _GERMAN_MONTHS or following[:1].islower():
+                return _SKIP  # "am 3. Mai", "der 2. und"
         if len(word) == 1 and word.isalpha() and before[-1:].isupper() and before[-1:] != "I":
             return _SKIP  # an initial: "J. R. R. Tolkien" (but "So do I." ends)
-        if word in _END_BEFORE_CAPITAL:
+        if word in self._end_before_capital:
             if not next_char:
                 return _WAIT
             return _END if next_char.isupper() else _SKIP

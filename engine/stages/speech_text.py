@@ -24,16 +24,21 @@ Rules, in the order they are applied:
   ``snake_case``, ``a_b_c``, ``2*3`` and ``my_file.txt`` are kept; a lone ``*``/``~`` run at
   the edge of a word (half of a pair split across two pieces) is dropped too;
 * table pipes and emoji are dropped;
-* whitespace is collapsed to single spaces on one line.
+* whitespace is collapsed to single spaces on one line;
+* with the reply's ``language`` known, its numbers and abbreviations are written as words
+  of that language (``engine.stages.spoken_words``; code spans keep their digits).
 
-Everything else is kept as written, in order: non-Latin text, decimal numbers, "Dr.",
-"e.g.", ellipses (the TTS reads those). Nothing is added but spaces.
+Everything else is kept as written, in order: non-Latin text, ellipses (the TTS reads
+those), and without a language decimal numbers, "Dr." and "e.g.". Nothing is added but
+spaces and those words.
 """
 
 from __future__ import annotations
 
 import re
 from urllib.parse import urlsplit
+
+from engine.stages.spoken_words import spoken
 
 # Private-use characters delimit placeholders for text that must come out verbatim (code
 # span contents, escaped characters): no later rule matches them.
@@ -80,11 +85,12 @@ _SPACE = re.compile(r"\s+")
 _SPACE_BEFORE_PUNCT = re.compile(r" ([.,!?;:…])(?= |$)")
 
 
-def speakable(text: str) -> str:
+def speakable(text: str, language: str | None = None) -> str:
     """What the voice should say for ``text``, a piece of the LLM's reply, on one line.
 
     Drops Markdown markup, links' targets, code blocks and emoji and keeps every word in
-    its order (see the module docstring for the rules). Returns ``""`` when nothing
+    its order (see the module docstring for the rules); ``language`` (ISO 639-1, the
+    reply's) writes its numbers and abbreviations as words. Returns ``""`` when nothing
     alphanumeric is left: there is nothing to say.
     """
     held: list[str] = []
@@ -108,6 +114,7 @@ def speakable(text: str) -> str:
     text = _EMOJI.sub(" ", text)
     text = _SPACE.sub(" ", text).strip()
     text = _SPACE_BEFORE_PUNCT.sub(r"\1", text)
+    text = spoken(text, language)
     text = _HOLD.sub(lambda m: held[int(m.group(1))], text)
     text = _SPACE.sub(" ", text).strip()  # code spans may hold newlines
     return text if any(ch.isalnum() for ch in text) else ""

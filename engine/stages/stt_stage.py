@@ -6,7 +6,7 @@ import math
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.backends.base import SttModel, SttResult
 from engine.config import SttConfig
@@ -15,6 +15,7 @@ from engine.pipeline.messages import Message, SpeechSegment, Transcript
 from engine.pipeline.metrics import Figure, Mark
 from engine.pipeline.stage import Stage, StageContext
 from engine.runtime.compute_gate import Urgency, get_compute_gate
+from engine.stages.stt_language import LanguageHold
 from engine.stages.vad_stage import PartialSequence
 
 
@@ -101,6 +102,10 @@ class FinalTranscription:
     text: str
     other_readings: tuple[str, ...]
     decoded_from: int
+    #: The language of ``text`` and Whisper's probability of it in this turn (None where
+    #: the model gave none: a language asked for, a remote server).
+    language: str | None = None
+    language_probability: float | None = None
 
 
 class SttStage(Stage[SttModel]):
@@ -112,6 +117,7 @@ class SttStage(Stage[SttModel]):
         self._last_partial: dict[int, str] = {}
         self._heard: HeardSoFar | None = None  # the newest final segment's words
         self._live_started = -math.inf  # when this unit's last live transcription started
+        self._hold: LanguageHold | None = None  # stt.language auto: this conversation's
 
     def is_stale(self, msg: Message) -> bool:
         """A committed turn's final segment is still transcribed once a barge-in cut its
@@ -132,7 +138,10 @@ class SttStage(Stage[SttModel]):
             return
         unit, metrics = self.ctx.unit, self.ctx.metrics
         options = self.ctx.config.stt
-        language = options.language or None
+        hold = self._language_hold(options)
+        # Live transcripts are decoded in the conversation's language once one is held: a
+        # partial is short, and detection on it would flip-flop (``stt_language``).
+        language = hold.language if hold is not None else options.spoken_language
         if not msg.final:
             if msg.revision < self.partials.latest:
                 metrics.dropped_stale("stt-partial")
@@ -159,7 +168,7 @@ class SttStage(Stage[SttModel]):
         metrics.mark(unit, msg.turn_id, Mark.STT_START, time.perf_counter(), True, msg.generation)
         waited = self.lock_waits_so_far()
         with self.computing():
-            final = self._transcribe_final(msg, options, language)
+            final = self._transcribe_final(msg, options, language, hold)
         result, text = final.result, final.text
         if msg.voiced_samples - final.decoded_from >= MIN_HEARD_S * msg.sample_rate:
             # Kept even when the revision was dropped since: it is still how the turn began.
@@ -177,9 +186,13 @@ class SttStage(Stage[SttModel]):
                        msg.generation)
         for name, value in result.figures.items():  # a remote model's network share
             metrics.figure(unit, msg.turn_id, name, value, generation=msg.generation)
-        metrics.set_transcript(unit, msg.turn_id, text, msg.generation)
+        if final.language_probability is not None:
+            metrics.figure(unit, msg.turn_id, Figure.STT_LANGUAGE_P, final.language_probability,
+                           generation=msg.generation)
+        metrics.set_transcript(unit, msg.turn_id, text, msg.generation, language=final.language)
         self._last_partial.pop(msg.turn_id, None)
-        final_transcript = FinalTranscript(unit, msg.turn_id, text)
+        final_transcript = FinalTranscript(unit, msg.turn_id, text, language=final.language,
+                                           language_probability=final.language_probability)
         if self.ctx.held.committed(msg.turn_id):
             # Nothing to hold. Current, or its words wanted (``is_stale`` above): a
             # barge-in from now on must not drop them either.
@@ -187,7 +200,8 @@ class SttStage(Stage[SttModel]):
         else:
             self.ctx.held.emit(msg.turn_id, msg.generation, final_transcript)
         yield Transcript(msg.turn_id, msg.generation, text, True, msg.t_speech_end,
-                         other_readings=final.other_readings)
+                         other_readings=final.other_readings, language=final.language,
+                         language_probability=final.language_probability)
 
     def _live_due(self) -> bool:
         """Whether this unit may start a live transcription now. Where several units
@@ -202,15 +216,55 @@ class SttStage(Stage[SttModel]):
         spacing = self.ctx.config.turns.live_transcription_interval * sharing
         return sharing <= 1.0 or time.perf_counter() - self._live_started >= spacing
 
-    def _transcribe_final(self, msg: SpeechSegment, options: SttConfig,
-                          language: str | None) -> FinalTranscription:
-        """The final segment's transcription. A turn that paused and went on
-        (``stt.continue_turn``, a fitted window, a backend that ``continues_transcripts``)
-        decodes only the audio after the words heard at the pause (``HeardSoFar``), with
-        them as context (``pause_context``, joined by ``join_after_pause``)."""
+    def _language_hold(self, options: SttConfig) -> LanguageHold | None:
+        """This conversation's held language under ``stt.language`` auto (None otherwise),
+        started again when ``stt.languages`` changes."""
+        if not options.detects_language:
+            return None
+        if self._hold is None or self._hold.allowed != options.allowed_languages:
+            self._hold = LanguageHold(options.allowed_languages)
+        return self._hold
+
+    def _transcribe_final(self, msg: SpeechSegment, options: SttConfig, language: str | None,
+                          hold: LanguageHold | None) -> FinalTranscription:
+        """The final segment's transcription in the language asked for, or with ``hold``
+        (``stt.language`` auto) in the one ``LanguageHold.choose`` picks from the
+        detection: a turn whose detected language is not that one is decoded again in it
+        (a short turn in the held language that Whisper heard as another)."""
+        if hold is not None and hold.language is not None and self._continued(msg, options):
+            # The words before the pause set the language: the rest is decoded in it.
+            language = hold.language
+        elif hold is not None:
+            language = None
+        final = self._decode_final(msg, options, language)
+        result = final.result
+        if hold is None or language is not None:
+            return replace(final, language=result.language,
+                           language_probability=result.language_probability)
+        seconds = (msg.voiced_samples or msg.audio.size) / msg.sample_rate
+        choice = hold.choose(result.language_probabilities, seconds, fallback=result.language)
+        if choice.language is not None and choice.language != result.language:
+            final = self._decode_final(msg, options, choice.language)
+        return replace(final, language=choice.language, language_probability=choice.probability)
+
+    def _continued(self, msg: SpeechSegment, options: SttConfig) -> HeardSoFar | None:
+        """The words heard before a pause that ``msg`` goes on from, where only the rest is
+        decoded (``stt.continue_turn``, a fitted window, a backend that
+        ``continues_transcripts``); else None."""
         heard = self._heard
         if (heard is not None and options.continue_turn and options.fit_window_s is not None
                 and heard.continued_by(msg) and self.model.continues_transcripts()):
+            return heard
+        return None
+
+    def _decode_final(self, msg: SpeechSegment, options: SttConfig,
+                      language: str | None) -> FinalTranscription:
+        """The final segment's decode in ``language`` (None: detected). A turn that
+        paused and went on (``_continued``) decodes only the audio after the words heard
+        at the pause (``HeardSoFar``), with them as context (``pause_context``, joined by
+        ``join_after_pause``)."""
+        heard = self._continued(msg, options)
+        if heard is not None:
             result = self.model.continue_transcript(msg.audio[heard.voiced_samples:],
                                                     pause_context(heard.text), language,
                                                     options.beam_size, options.fit_window_s)

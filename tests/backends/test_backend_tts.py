@@ -245,7 +245,9 @@ def test_kokoro_wrong_folders_name_them(kokoro_mod, random_kokoro_dir, tmp_path)
     kokoro = kokoro_mod.load(_request(str(random_kokoro_dir)), no_progress)
     with pytest.raises(ConfigError, match="voices: auto, af_heart"):
         kokoro.check_voice("am_adam")
-    with pytest.raises(ConfigError, match="English voices"):
+    with pytest.raises(ConfigError, match="starts with its language's letter"):
+        list(kokoro.synthesize("Hello.", _never, voice="xx_alpha"))
+    with pytest.raises(ConfigError, match="'jf_alpha' is not a voice of"):
         list(kokoro.synthesize("Hello.", _never, voice="jf_alpha"))
 
 

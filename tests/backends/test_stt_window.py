@@ -4,6 +4,7 @@ its loop guard on 1 s clips, the 30 s window kept, the setting and how it travel
 from __future__ import annotations
 
 import inspect
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -170,7 +171,8 @@ def test_a_decode_set_aside_for_doubt_goes_on_as_another_reading(fw, jfk16k, mon
     class Heard:  # what the 30 s window (faster-whisper's transcribe) hears instead
         text = " And so my fellow Americans, ask what your country can do for you."
 
-    monkeypatch.setattr(fw._model, "transcribe", lambda audio, **options: (iter([Heard()]), None))
+    info = SimpleNamespace(language="en", all_language_probs=None)  # faster-whisper's, asked for en
+    monkeypatch.setattr(fw._model, "transcribe", lambda audio, **options: (iter([Heard()]), info))
     other = fw.transcribe(jfk16k, "en", 1, FIT)
     assert other.text == Heard.text.strip() and other.other_readings == (decoded.text,)
     # The same words with other punctuation are one reading.

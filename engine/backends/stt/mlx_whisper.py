@@ -25,6 +25,7 @@ import numpy as np
 
 from engine.backends import mlx_guard
 from engine.backends.base import LoadRequest, Progress, SttModel, SttResult, no_progress
+from engine.backends.stt.languages import check_whisper_language
 from engine.errors import AudioInputError, ConfigError, DeviceError, ModelError
 from engine.runtime.hub import offline as hub_offline
 from engine.runtime.mlx_lock import MlxLock, get_mlx_lock, unit_of_current_thread
@@ -118,17 +119,12 @@ class MlxWhisperStt(SttModel):
         return "float16" if self.fp16 else "float32"
 
     def check_language(self, language: str | None) -> None:
-        """ConfigError unless the model can transcribe ``language`` (None: detect)."""
-        if language is None:
-            return
+        """ConfigError unless the model can transcribe ``language`` (None: detect on a
+        multilingual model, English on a .en one; ``auto``: detect, multilingual only)."""
         from mlx_whisper.tokenizer import LANGUAGES
 
-        if not self.multilingual and language != "en":
-            raise ConfigError(f"'stt.language' = {language!r} cannot be used with STT model "
-                              f"{self.name}: it is English-only")
-        if language not in LANGUAGES:
-            raise ConfigError(f"'stt.language' = {language!r} is not a Whisper language; "
-                              f"choices: {', '.join(sorted(LANGUAGES))}")
+        check_whisper_language(language, model=self.name, multilingual=self.multilingual,
+                               known=LANGUAGES)
 
     def transcribe(self, audio: np.ndarray, language: str | None = None, beam_size: int = 1,
                    fit_window_s: float | None = None, unit: int | None = None) -> SttResult:
@@ -163,7 +159,9 @@ class MlxWhisperStt(SttModel):
                 audio, path_or_hf_repo=self.name, verbose=None, temperature=0.0,
                 condition_on_previous_text=False, **options)
         text = str(result.get("text", "")).strip()
-        return SttResult(text, seconds, time.perf_counter() - start)
+        # mlx-whisper names the language it decoded in (detected: no probabilities).
+        return SttResult(text, seconds, time.perf_counter() - start,
+                         language=str(result.get("language") or language or "en"))
 
     def warmup(self) -> SttResult:
         """Transcribe 1 s of silence: the first call pays MLX's one-off kernel set-up."""

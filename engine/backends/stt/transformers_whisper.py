@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from engine.backends.base import LoadRequest, Progress, SttModel, SttResult
+from engine.backends.stt.languages import check_whisper_language
+from engine.config import WHISPER_LANGUAGES
 from engine.runtime.devices import Device
 from engine.errors import AudioInputError, ConfigError, DeviceError, ModelError
 from engine.backends.torch_load import TRANSFORMERS_LOAD_LOCK
@@ -118,10 +120,9 @@ class TransformersWhisperStt(SttModel):
         self.max_new_tokens = max(1, model.config.max_target_positions // 2)
 
     def check_language(self, language: str | None) -> None:
-        """ConfigError if an English-only model is asked for another language."""
-        if language and not self.multilingual and language != "en":
-            raise ConfigError(f"'stt.language' = {language!r} cannot be used with STT model "
-                              f"{self.name}: it is English-only (use a multilingual model)")
+        """ConfigError if an English-only model is asked for another language or ``auto``."""
+        check_whisper_language(language, model=self.name, multilingual=self.multilingual,
+                               known=WHISPER_LANGUAGES)
 
     def transcribe(self, audio: np.ndarray, language: str | None = None,
                    beam_size: int = 1, fit_window_s: float | None = None) -> SttResult:
@@ -156,7 +157,9 @@ class TransformersWhisperStt(SttModel):
                 tokens = self._model.generate(features, **kwargs)
                 texts.append(self._processor.batch_decode(tokens, skip_special_tokens=True)[0])
         text = " ".join(t.strip() for t in texts if t.strip())
-        return SttResult(text, audio.size / SAMPLE_RATE, time.perf_counter() - start)
+        # The language asked for; a detected one is not reported by this path.
+        return SttResult(text, audio.size / SAMPLE_RATE, time.perf_counter() - start,
+                         language=language if self.multilingual else "en")
 
     def warmup(self) -> SttResult:
         """Transcribe 1 s of silence: the first call pays one-off setup costs."""

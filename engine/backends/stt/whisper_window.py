@@ -80,6 +80,12 @@ UNSURE_LOGPROB = -0.3
 MAX_PREVIOUS_TOKENS = 223
 
 
+def language_probabilities(detected: list[tuple[str, float]]) -> tuple[tuple[str, float], ...]:
+    """CTranslate2's ``Whisper.detect_language`` result for one audio (``("<|fr|>", p)``
+    pairs, the most likely first, all languages) as ``("fr", p)`` pairs."""
+    return tuple((token[2:-2], float(probability)) for token, probability in detected)
+
+
 def decode_budget(seconds: float) -> int:
     """The most new tokens a decode of ``seconds`` of audio may produce."""
     return TOKEN_SLACK + math.ceil(TOKENS_PER_SECOND * seconds)
@@ -124,6 +130,10 @@ class FittedDecode:
     text: str
     kept: bool
     looped: bool
+    #: The language decoded in (asked for, detected, or "en" for an English-only model),
+    #: and where it was detected, each language's probability, the most likely first.
+    language: str = "en"
+    language_probabilities: tuple[tuple[str, float], ...] = ()
 
     @property
     def unsure_reading(self) -> str | None:
@@ -229,12 +239,14 @@ class FittedWhisper:
             return None
         memory = self.memory(window)
         ct2 = self._model.model
+        probabilities: tuple[tuple[str, float], ...] = ()
         if language is None and self._multilingual:
-            token, probability = ct2.detect_language(memory)[0][0]
-            if probability < LANGUAGE_THRESHOLD:
+            probabilities = language_probabilities(ct2.detect_language(memory)[0])
+            if probabilities[0][1] < LANGUAGE_THRESHOLD:
                 return None  # unsure on this little audio: detect on the 30 s window
-            language = token[2:-2]
-        tokenizer = self._tokenizer(language if self._multilingual and language else "en")
+            language = probabilities[0][0]
+        language = language if self._multilingual and language else "en"
+        tokenizer = self._tokenizer(language)
         prompt = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
         if previous.strip():
             context = tokenizer.encode(" " + previous.strip())[-MAX_PREVIOUS_TOKENS:]
@@ -249,11 +261,13 @@ class FittedWhisper:
         # faster-whisper's average log-probability, from the length-normalised score.
         avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
         if result.no_speech_prob > NO_SPEECH_THRESHOLD and avg_logprob < LOG_PROB_THRESHOLD:
-            return FittedDecode("", kept=True, looped=False)
+            return FittedDecode("", kept=True, looped=False, language=language,
+                                language_probabilities=probabilities)
         text = tokenizer.decode(tokens).strip()
         looped = looks_looped(text, len(tokens), budget)
         decoded = FittedDecode(text, kept=not looped and avg_logprob >= UNSURE_LOGPROB,
-                               looped=looped)
+                               looped=looped, language=language,
+                               language_probabilities=probabilities)
         if not decoded.kept:
             self.fallbacks += 1
         return decoded

