@@ -191,8 +191,9 @@ class SttConfig(RemoteFields, _SttCore):
 
     @property
     def detects_language(self) -> bool:
-        """Whether each turn's language is detected (``language`` auto)."""
-        return self.language == AUTO_LANGUAGE
+        """Whether each turn's language is detected (``language`` auto; empty, as a
+        directly built SttConfig may hold it, is auto too, as the parser reads it)."""
+        return self.language in ("", AUTO_LANGUAGE)
 
     @property
     def spoken_language(self) -> str | None:
