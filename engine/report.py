@@ -25,12 +25,13 @@ def turn_dict(record: TurnRecord) -> dict:
 
     The figure keys are the ``report`` members of ``Figure``, in their declared order.
     """
-    out = {"turn_id": record.turn_id, "transcript": record.transcript,
-           "language": record.language, "reply": record.reply,
+    out = {"turn_id": record.turn_id, "transcript": record.transcript, "reply": record.reply,
            "cancelled": record.cancelled, "timeline": record.timeline()}
     for figure in Figure:
         if figure.report:
             out[figure.value] = figure_json(figure, record.value(figure))
+    # Newer keys follow the ones users had (the JSON contract keeps their order).
+    out["language"] = record.language
     out["critical_path"] = path_json(record.critical_path())
     return out
 

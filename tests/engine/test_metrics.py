@@ -10,7 +10,7 @@ import pytest
 from engine.pipeline.metrics import Figure, Mark, Metrics, TurnRecord, UndeclaredError, UnitOfMeasure
 from engine.report import BENCH_FIGURES, bench_summary, format_bench, turn_dict
 
-REPORT_KEYS = ["turn_id", "transcript", "language", "reply", "cancelled", "timeline", "voice_to_voice_s",
+REPORT_KEYS = ["turn_id", "transcript", "reply", "cancelled", "timeline", "voice_to_voice_s",
                "silence_wait_s", "stt_compute_s", "llm_first_chunk_compute_s",
                "tts_first_compute_s", "engine_overhead_s", "llm_tokens", "llm_prompt_tokens",
                "llm_tokens_per_s", "stt_rtf", "tts_rtf", "dropped_revisions"]
@@ -233,7 +233,7 @@ def test_turn_dict_keys_are_the_json_contract_in_order():
     keys = list(turn_dict(_full_turn(Metrics())))
     assert keys[:len(REPORT_KEYS)] == REPORT_KEYS
     newer = [f.value for f in Figure if f.report and f.value not in REPORT_KEYS]
-    assert keys[len(REPORT_KEYS):] == [*newer, "critical_path"]
+    assert keys[len(REPORT_KEYS):] == [*newer, "language", "critical_path"]
     empty = Metrics()
     empty.mark(0, 7, Mark.SPEECH_START, 1.0)
     assert list(turn_dict(empty.turn(0, 7))) == keys
