@@ -69,6 +69,33 @@ def smollm2(smollm2_conversion):
     return load(LoadRequest(str(smollm2_conversion.gguf), CPU, "auto", LlmConfig()))
 
 
+#: The tool-call markers a Hermes-template (Qwen) model's tokenizer holds as special tokens,
+#: and Llama 3.x's python tag.
+HERMES_MARKERS = ("<tool_call>", "</tool_call>", "<|python_tag|>")
+
+
+@pytest.fixture(scope="module")
+def hermes_lm(tiny_lm_folder, tmp_path_factory):
+    """The tiny random Llama with Qwen3's tool template, its tokenizer holding the markers
+    as special tokens (as Llama's holds <|python_tag|>), loaded through the transformers
+    backend's ``load``. Module scope: a test module may patch it."""
+    from transformers import AddedToken, AutoTokenizer, LlamaForCausalLM
+
+    from engine.backends.llm.transformers_lm import load
+
+    folder = tmp_path_factory.mktemp("tiny-hermes")
+    tokenizer = AutoTokenizer.from_pretrained(tiny_lm_folder, local_files_only=True)
+    tokenizer.add_tokens([AddedToken(m, special=True, normalized=False) for m in HERMES_MARKERS],
+                         special_tokens=True)
+    template = Path(__file__).parent / "data" / "tool_calls" / "qwen3_nonthinking.jinja"
+    tokenizer.chat_template = template.read_text(encoding="utf-8")
+    model = LlamaForCausalLM.from_pretrained(tiny_lm_folder, local_files_only=True)
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return load(LoadRequest(str(folder), CPU, "auto", LlmConfig()))
+
+
 @pytest.fixture(scope="session")
 def tiny_lm_folder(tmp_path_factory, smollm2_conversion) -> Path:
     """A random 2-layer Llama (hidden 64) with SmolLM2's real tokenizer and chat template."""

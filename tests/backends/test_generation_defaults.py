@@ -20,13 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.backends.base import GenerationOptions, LoadRequest, ToolSpec
+from engine.backends.base import GenerationOptions, ToolSpec
 from engine.backends.llm.family import SMALL_MODEL, family_defaults, ladder_rung
 from engine.backends.llm.sampling import ReplyPenalties
 from engine.backends.llm.tool_calls import HERMES, LLAMA3
 from engine.config import EngineConfig, LlmConfig
 from engine.errors import ModelError
-from engine.runtime.devices import CPU
 from engine.runtime.ladder import HUB_CONFIGS
 
 DATA = Path(__file__).parent / "data" / "tool_calls"
@@ -193,28 +192,9 @@ WEATHER = ToolSpec("get_weather", "The weather in a city", {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
 TWO_CALLS = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
              '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>')
-MARKERS = ("<tool_call>", "</tool_call>")
 BIAS = 12.0  # a random 2-layer model's logits spread over a few units
 
 
-@pytest.fixture(scope="module")
-def hermes_tiny(tiny_lm_folder, tmp_path_factory):
-    """The tiny random Llama (SmolLM2's tokenizer) with Qwen3's tool template, its
-    markers special tokens, loaded through the transformers backend's ``load``."""
-    from transformers import AddedToken, AutoTokenizer, LlamaForCausalLM
-
-    from engine.backends.llm.transformers_lm import load
-
-    folder = tmp_path_factory.mktemp("tiny-hermes-steered")
-    tokenizer = AutoTokenizer.from_pretrained(tiny_lm_folder, local_files_only=True)
-    tokenizer.add_tokens([AddedToken(m, special=True, normalized=False) for m in MARKERS],
-                         special_tokens=True)
-    tokenizer.chat_template = (DATA / "qwen3_nonthinking.jinja").read_text(encoding="utf-8")
-    model = LlamaForCausalLM.from_pretrained(tiny_lm_folder, local_files_only=True)
-    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return load(LoadRequest(str(folder), CPU, "auto", LlmConfig()))
 
 
 def steer(llm, target: list[int]) -> list[int]:
@@ -237,21 +217,21 @@ def steer(llm, target: list[int]) -> list[int]:
 
 
 @pytest.mark.slow
-def test_two_tool_calls_generated_with_the_default_sampling(hermes_tiny):
-    tokenizer = hermes_tiny.tokenizer
+def test_two_tool_calls_generated_with_the_default_sampling(hermes_lm):
+    tokenizer = hermes_lm.tokenizer
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     target = list(tokenizer(TWO_CALLS, add_special_tokens=False)["input_ids"]) + [end]
     # The default settings on this model are the small model's: penalty 1.3, 4-gram ban.
-    assert family_defaults(hermes_tiny.folder).for_reply(
+    assert family_defaults(hermes_lm.folder).for_reply(
         GenerationOptions.from_config(LlmConfig())) == (1.3, 4)
     options = dataclasses.replace(GenerationOptions.from_config(LlmConfig(max_new_tokens=80)),
                                   tools=(WEATHER,))
-    reply = steer(hermes_tiny, target)
+    reply = steer(hermes_lm, target)
     try:
-        steps = list(hermes_tiny.new_session().generate(
+        steps = list(hermes_lm.new_session().generate(
             [{"role": "user", "content": "Weather in Paris and Rome?"}], options, lambda: False))
     finally:
-        del hermes_tiny.forward  # the class's own forward again
+        del hermes_lm.forward  # the class's own forward again
     assert reply == target[:-1]  # every token as steered: nothing banned or penalised away
     assert "".join(s.text for s in steps).strip() == ""
     calls = steps[-1].tool_calls

@@ -20,12 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.backends.base import GenerationOptions, LoadRequest, ToolCall, ToolSpec
+from engine.backends.base import GenerationOptions, ToolCall, ToolSpec
 from engine.backends.llm.tool_calls import (HERMES, LLAMA3, ToolCallError, ToolCallSplitter, choice_hint,
                                             offered_tools, split_reply, template_messages, tool_format)
-from engine.config import LlmConfig
 from engine.errors import ConfigError, ModelError
-from engine.runtime.devices import CPU
 
 DATA = Path(__file__).parent / "data" / "tool_calls"
 CALL_ID = re.compile(r"call_[0-9a-f]{24}")
@@ -239,31 +237,12 @@ def test_messages_are_converted_for_templates():
 
 
 # ---------------------------------------------------------------------- transformers
-MARKERS = ("<tool_call>", "</tool_call>", "<|python_tag|>")
 QUESTION = [{"role": "system", "content": "You are brief."},
             {"role": "user", "content": "What's the weather in Paris?"}]
 HERMES_REPLY = ('Sure, one moment.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}'
                 "\n</tool_call>")
 
 
-@pytest.fixture(scope="module")
-def hermes_lm(tiny_lm_folder, tmp_path_factory):
-    """The tiny random Llama with Qwen3's tool template; its tokenizer holds the marker
-    tokens as special tokens (as Llama's holds <|python_tag|>)."""
-    from transformers import AddedToken, AutoTokenizer, LlamaForCausalLM
-
-    from engine.backends.llm.transformers_lm import load
-
-    folder = tmp_path_factory.mktemp("tiny-hermes")
-    tokenizer = AutoTokenizer.from_pretrained(tiny_lm_folder, local_files_only=True)
-    tokenizer.add_tokens([AddedToken(m, special=True, normalized=False) for m in MARKERS],
-                         special_tokens=True)
-    tokenizer.chat_template = (DATA / "qwen3_nonthinking.jinja").read_text(encoding="utf-8")
-    model = LlamaForCausalLM.from_pretrained(tiny_lm_folder, local_files_only=True)
-    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return load(LoadRequest(str(folder), CPU, "auto", LlmConfig()))
 
 
 def scripted(monkeypatch, token_ids):
