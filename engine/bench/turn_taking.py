@@ -32,6 +32,7 @@ from engine.bench.variants import bench_variants
 from engine.config import EngineConfig, config_from_flags
 from engine.errors import ConfigError, ParleyError, run_command
 from engine.pipeline.metrics import Figure, Mark, TurnRecord
+from engine.bench.report_flags import add_report_flags
 
 if TYPE_CHECKING:
     from engine.engine import Engine
@@ -244,12 +245,7 @@ def build_parser(add_config_flags: Callable[[argparse.ArgumentParser], None] | N
                         help="a named set of settings measured beside the others")
     parser.add_argument("--signals", action="store_true",
                         help="also list each speculative revision's end-of-turn signals")
-    parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log details to stderr")
-    if add_config_flags is not None:
-        add_config_flags(parser)
-    else:
-        parser.add_argument("--config", metavar="FILE", help="TOML engine config")
+    add_report_flags(parser, add_config_flags)
     return parser
 
 
