@@ -8,12 +8,11 @@ and the tooltip say the latency is not measured and ``auto`` kept its default by
 
 from __future__ import annotations
 
-import functools
 import html
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from engine.runtime.ladder import Ladder, load_ladder
+from engine.runtime.ladder import Ladder, shipped_ladder
 from engine.runtime.stack_choice import BUDGET, Candidate, StageChoice, find_rung, gains
 
 
@@ -40,17 +39,12 @@ class OfferRow:
                 f"{html.escape(latency + adds)}<br>{html.escape(reasons)}</small>")
 
 
-@functools.cache
-def _ladder() -> Ladder:
-    return load_ladder()
-
-
 def offer_row(stage: str, model: str, device_kind: str, choice: StageChoice | None,
               current: str | None = None, ladder: Ladder | None = None) -> OfferRow:
     """The row of ``model`` (a hub repo ``stage`` would load on ``device_kind``), with
     ``choice`` the stage's choice (its figures when it picked ``model``) and ``current``
     the model running now (what the offer's gains are counted against)."""
-    ladder = ladder or _ladder()
+    ladder = ladder or shipped_ladder()
     picked = choice is not None and choice.how == BUDGET and choice.model == model
     candidate: Candidate | None = choice.chosen if picked and choice is not None else None
     rung = candidate.rung if candidate is not None else find_rung(ladder, model)

@@ -12,11 +12,13 @@ file, the rung, the field, the value and what is allowed: an unknown key, a wron
 a backend the registry does not have for that stage or device kind, an unknown device
 kind, a duplicate id, a missing architecture config, an English-only model (``.en``)
 claiming other languages, rungs out of order of size within a stage and device kind.
-Nothing picks from the ladder yet; only file reads here, no hub request, no heavy import.
+``engine.runtime.stack_choice`` picks from it with a calibration's predictions; only file
+reads here, no hub request, no heavy import.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -143,6 +145,13 @@ class Ladder:
     def rungs_for(self, stage: str, device_kind: str) -> tuple[Rung, ...]:
         """The rungs of ``stage`` with a build for ``device_kind``, smallest first."""
         return tuple(r for r in self.rungs if r.stage == stage and r.build(device_kind) is not None)
+
+
+@functools.cache
+def shipped_ladder() -> Ladder:
+    """The ladder Parley ships (``resources/ladder.toml``), read and checked once per
+    process."""
+    return load_ladder()
 
 
 def load_ladder(path: Path | str = DEFAULT_LADDER, *, configs: Path = HUB_CONFIGS,

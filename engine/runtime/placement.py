@@ -23,7 +23,6 @@ failed, before anything loads, exactly like an absent GPU.
 
 from __future__ import annotations
 
-import functools
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from engine.config import STAGES, EngineConfig
 from engine.runtime.devices import CPU, Device, DeviceInfo, check_placement, discover_devices, parse_device
 from engine.errors import ConfigError, DeviceError, ModelError
 from engine.runtime.hub import HubStatus
-from engine.runtime.ladder import Ladder, load_ladder
+from engine.runtime.ladder import shipped_ladder
 from engine.runtime.model_catalog import placement_notes
 from engine.runtime.stack_choice import BUDGET, EXPLICIT, StackChoice, StageChoice, choose_for_config
 
@@ -148,7 +147,7 @@ class _Resolver:
         kind = target.kind if target is not None else next(
             (k for k in kinds if any(d.available and d.device.kind == k for d in self.devices)), "cpu")
         if kind not in self._stacks:
-            self._stacks[kind] = choose_for_config(self.config, _default_ladder(), self.calibration(kind),
+            self._stacks[kind] = choose_for_config(self.config, shipped_ladder(), self.calibration(kind),
                                                    kind, usable=self._usable)
         choice = self._stacks[kind].stages.get(stage)
         if choice is not None:
@@ -303,12 +302,6 @@ REMOTE = Device("remote")
 #: above place the STT and the LLM (mps only where MLX is missing).
 _APPLE_STACK_KINDS = ("mlx", "mps", "cpu")
 _OTHER_STACK_KINDS = ("cuda", "cpu")
-
-
-@functools.cache
-def _default_ladder() -> Ladder:
-    """The shipped ladder, read and checked once per process."""
-    return load_ladder()
 
 
 def machine_calibration(device_kind: str) -> Calibration | None:
