@@ -9,7 +9,6 @@ that answered it.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 
@@ -20,9 +19,9 @@ import pytest
 from app.settings.panel import SettingsPanel
 from engine.config import EngineConfig
 from engine.config_mcp import parse_servers
-from engine.pipeline.events import EngineError, EventHub
 from engine.tools.host import ToolHost
 from engine.tools.worker import ToolRaised
+from tests.support.tools import tool_host_with_errors
 from tests.support.mcp_servers import stdio_server
 
 pytest.importorskip("mcp")
@@ -37,12 +36,8 @@ GONE = {"name": "gone", "command": "/nonexistent/parley-mcp-server"}
 def tool_host(tmp_path, monkeypatch):
     """A real ToolHost (no LLM, as ``parley-cli tools`` runs it) and its EngineError messages."""
     monkeypatch.setenv("PARLEY_DATA_DIR", str(tmp_path / "data"))
-    events = EventHub()
-    errors: list[str] = []
-    events.subscribe(lambda e: errors.append(e.message) if isinstance(e, EngineError) else None)
-    host = ToolHost(events, itertools.count(1).__next__)
-    yield host, errors
-    host.close()
+    with tool_host_with_errors() as made:
+        yield made
 
 
 def _config(servers: list[dict], trusted: str = "") -> EngineConfig:

@@ -1,17 +1,34 @@
 """An engine for the tools tests: started on a quiet source (the user types) or a given
-one, and a file sink; every event kept, and waits on the events a tool call brings."""
+one, and a file sink; every event kept, and waits on the events a tool call brings. And a
+ToolHost alone (no LLM, as ``parley-cli tools`` runs it) with the errors it emitted."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from engine.audio.base import AudioSource
 from engine.audio.file_sink import FileSink
 from engine.engine import Engine
-from engine.pipeline.events import Event, TurnFinished
+from engine.pipeline.events import EngineError, Event, EventHub, TurnFinished
+from engine.tools.host import ToolHost
 from tests.support.sources import Quiet
+
+
+@contextmanager
+def tool_host_with_errors() -> Iterator[tuple[ToolHost, list[str]]]:
+    """A ToolHost with no LLM and the messages of the EngineErrors it emits; closed after."""
+    events = EventHub()
+    errors: list[str] = []
+    events.subscribe(lambda e: errors.append(e.message) if isinstance(e, EngineError) else None)
+    host = ToolHost(events, itertools.count(1).__next__)
+    try:
+        yield host, errors
+    finally:
+        host.close()
 
 
 class ToolEngine:

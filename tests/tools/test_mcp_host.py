@@ -3,15 +3,13 @@ runs it): trusted names, a server that fails beside one that works, a changed li
 
 from __future__ import annotations
 
-import itertools
 import json
 
 import pytest
 
 from engine.config import EngineConfig
 from engine.errors import ConfigError
-from engine.pipeline.events import EngineError, EventHub
-from engine.tools.host import ToolHost
+from tests.support.tools import tool_host_with_errors
 from tests.support.mcp_servers import stdio_server
 from tests.support.threads import wait_for
 
@@ -21,12 +19,8 @@ pytest.importorskip("mcp")
 @pytest.fixture
 def tool_host(data_dir):
     """A ToolHost and the EngineError messages it emitted."""
-    events = EventHub()
-    errors: list[str] = []
-    events.subscribe(lambda e: errors.append(e.message) if isinstance(e, EngineError) else None)
-    made = ToolHost(events, itertools.count(1).__next__)
-    yield made, errors
-    made.close()
+    with tool_host_with_errors() as made:
+        yield made
 
 
 def _tools(servers: list[dict], trusted: str = ""):
