@@ -276,8 +276,9 @@ class LlmStage(Stage[LlmModel]):
         unit, metrics, turn = self.ctx.unit, self.ctx.metrics, self._last_turn
         if self._summarizer is None:
             self._summarizer = self.model.new_session()
-        options = GenerationOptions(NOTE_TOKENS, 0.0, config.repetition_penalty,
-                                    config.no_repeat_ngram_size)
+        # The reply's anti-repetition settings (the model family's where left at default).
+        options = dataclasses.replace(GenerationOptions.from_config(config),
+                                      max_new_tokens=NOTE_TOKENS, temperature=0.0)
 
         def should_stop() -> bool:  # a message, shutdown, a reset or a model swap waits
             return (not self.inbox.empty() or self.ctx.stopping.is_set()
