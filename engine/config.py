@@ -483,7 +483,7 @@ class EngineConfig:
     units: int = field(default=1, metadata=_range(
         1, 64, "pipeline units sharing the models (realtime mode: parley-cli serve)"))
     # 0.8 s: the goal for the first reply audio after the user stops speaking (DESIGN.md,
-    # "Latency budget"); engine/runtime/stack_choice.py spends it.
+    # "Latency budget"); engine/models/stack_choice.py spends it.
     voice_budget_s: float = field(default=0.8, metadata=_range(
         0.1, 30.0, "voice-to-voice seconds on the median turn that auto sizes the models to "
                    "(the largest ladder models predicted to answer within it)"))

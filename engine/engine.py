@@ -27,11 +27,11 @@ from engine.runtime.hub import HubStatus
 from engine.runtime.memory import MemoryReading, sample_memory
 from engine.runtime.mlx_lock import MlxLockSnapshot, get_mlx_lock
 from engine.pipeline.metrics import Metrics, StageStats, TurnRecord
-from engine.runtime.model_registry import ModelRegistry
-from engine.pipeline.unit import PipelineUnit
+from engine.models.model_registry import ModelRegistry
+from engine.units.unit import PipelineUnit
 from engine.report import placement_dict
 from engine.stages.end_of_turn import text_signal
-from engine.runtime.placement import Placement, resolve_placements
+from engine.models.placement import Placement, resolve_placements
 from engine.tools.host import ToolHost
 from engine.tools.registry import ToolSupport
 from engine.tools.runner import Confirmer

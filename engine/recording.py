@@ -18,7 +18,7 @@ from engine.engine import Engine
 from engine.pipeline.events import EngineError, Event
 from engine.runtime.hub import HubStatus
 from engine.pipeline.metrics import Mark, TurnRecord
-from engine.runtime.model_registry import ModelRegistry
+from engine.models.model_registry import ModelRegistry
 
 ProgressFn = Callable[[str, float | None, str], None]  # (stage, fraction 0..1 or None, text)
 

@@ -6,7 +6,7 @@ import textwrap
 
 from engine.pipeline.critical_path import Segment, median_turn, path_json
 from engine.pipeline.metrics import Figure, Mark, TurnRecord, UnitOfMeasure
-from engine.runtime.placement import Placement
+from engine.models.placement import Placement
 from engine.runtime.stats import percentile
 
 _DIGITS = {UnitOfMeasure.SECONDS: 4, UnitOfMeasure.RATIO: 4, UnitOfMeasure.RATE: 2}

@@ -35,7 +35,7 @@ from engine.audio.base import AudioSink, AudioSource
 from engine.config import EngineConfig
 from engine.config_diff import Effect, diff_configs
 from engine.errors import ParleyError
-from engine.runtime.model_registry import ModelRegistry
+from engine.models.model_registry import ModelRegistry
 
 __all__ = ["TRANSITIONS", "ControllerMode", "ControllerState", "EngineController"]
 

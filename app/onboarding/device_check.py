@@ -1,7 +1,7 @@
 """The first-run check: pick the microphone and speaker, hear yourself transcribed, hear a
 sample reply, and keep the devices that work.
 
-``SetupCheckDialog`` runs ``engine.audio.device_check``'s ``MicCheck`` and ``SpeakerCheck`` on
+``SetupCheckDialog`` runs ``engine.doctor.device_check``'s ``MicCheck`` and ``SpeakerCheck`` on
 the loaded engine's models, each on a lane the dialog owns (``app.core.background``,
 joined when it closes); results come back on the GUI thread, and the level meter is redrawn by a timer,
 never per audio block. "Use these devices" switches the devices through the controller's
@@ -28,7 +28,7 @@ from app.core.background import Job, JobKind, SerialLane, Task
 from app.core.saved_settings import key_for, set_ui_value, to_text, ui_value
 from app.core.widgets import LevelMeter
 from engine.audio.base import AudioSink, AudioSource
-from engine.audio.device_check import (FLOOR_DBFS, MIC_STAGES, SPEAKER_STAGES, MicCheck, MicResult,
+from engine.doctor.device_check import (FLOOR_DBFS, MIC_STAGES, SPEAKER_STAGES, MicCheck, MicResult,
                                        SpeakerCheck, SpeakerResult, missing_models)
 
 if TYPE_CHECKING:

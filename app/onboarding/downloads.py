@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (QDialog, QHBoxLayout, QLabel, QProgressBar, QPush
 from app.core.background import Command, JobKind, Outcome, SerialLane, Task
 from app.core.display import bundled_name
 from app.onboarding.offer_rows import OfferRow, offer_row
-from engine.runtime.model_cache import human_bytes
+from engine.models.model_cache import human_bytes
 
 if TYPE_CHECKING:
     from huggingface_hub import DryRunFileInfo

@@ -2,14 +2,14 @@
 stage uses them; download, remove.
 
 The table lists the Hugging Face hub cache, Parley's own cache and the models bundled in
-installed packages (``engine.runtime.model_cache``). Scanning a large cache and deleting a
+installed packages (``engine.models.model_cache``). Scanning a large cache and deleting a
 large model take seconds, so both run on a latest-wins lane (``app.core.background``);
 the window's buttons wait for it, and closing the window joins it. Download… fetches the
 hub models the loaded engine would rather use but are missing, through the first-run
 ``ModelDownloadDialog``. Remove refuses a model a loaded stage holds right now and names
 that stage.
 
-The precision and the expected speed class come from ``engine.runtime.model_catalog``
+The precision and the expected speed class come from ``engine.models.model_catalog``
 (the table of known models, else the model's name, config and weight size), for the
 device the stage using it runs on, else the device its format is for. A full-precision
 LLM that a loaded stage runs on Apple Silicon gets a warning line above the status.
@@ -31,9 +31,9 @@ from PySide6.QtWidgets import (QAbstractItemView, QDialog, QHBoxLayout, QHeaderV
 from app.core.background import Failure, JobKind, LatestLane
 from app.core.widgets import confirm
 from app.onboarding.downloads import HUB_PATTERNS, HubDownload, ModelDownloadDialog, hub_downloads
-from engine.runtime.model_cache import (BUNDLED, HUB, CachedModel, ModelScan, ModelUse, engine_uses,
+from engine.models.model_cache import (BUNDLED, HUB, CachedModel, ModelScan, ModelUse, engine_uses,
                                         human_bytes, remove_model, scan_models, uses_of)
-from engine.runtime.model_catalog import ModelProfile, full_precision_warning, profile, snapshot_folder
+from engine.models.model_catalog import ModelProfile, full_precision_warning, profile, snapshot_folder
 
 if TYPE_CHECKING:
     from app.core.controller import EngineController

@@ -2,7 +2,7 @@
 "Get larger models…" would download (its download size, its expected latency on this
 machine, what it adds: tools, languages, accuracy, and why it was picked with the
 runner-up), and the stack badge's tooltip lines (``choice_lines``). The figures come from
-the placement's ``choice`` (``engine.runtime.stack_choice``); with no calibration the row
+the placement's ``choice`` (``engine.models.stack_choice``); with no calibration the row
 and the tooltip say the latency is not measured and ``auto`` kept its default by name.
 """
 
@@ -12,8 +12,8 @@ import html
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from engine.runtime.ladder import Ladder, shipped_ladder
-from engine.runtime.stack_choice import BUDGET, Candidate, StageChoice, find_rung, gains
+from engine.backends.ladder import Ladder, shipped_ladder
+from engine.models.stack_choice import BUDGET, Candidate, StageChoice, find_rung, gains
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ from app.core.background import Failure, Job, JobKind, SerialLane, Task
 from app.core.polling import PollingLane
 from engine.config import EngineConfig
 from engine.errors import ParleyError
-from engine.runtime.model_registry import ModelRegistry
+from engine.models.model_registry import ModelRegistry
 
 log = logging.getLogger("parley.app.server")
 

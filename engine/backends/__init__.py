@@ -25,7 +25,7 @@ class BackendSpec:
     extra: str  # the pip extra that installs them
     devices: tuple[str, ...]  # device kinds it runs on, best first
     # device kind -> hub default: auto's pick by name, kept until the machine is calibrated;
-    # then auto picks from resources/ladder.toml by budget (engine/runtime/stack_choice.py).
+    # then auto picks from resources/ladder.toml by budget (engine/models/stack_choice.py).
     hub_models: dict[str, str] = field(default_factory=dict)
     description: str = ""
 

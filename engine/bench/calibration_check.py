@@ -3,7 +3,7 @@
 For each rung that runs here fully with random weights (the Whisper rungs on CTranslate2
 int8, the LLM rungs on onnxruntime-genai int4; CPU), the whole model is built from its
 hub config (``engine.bench.random_weights``) and timed with the calibration's own
-protocol (``engine.runtime.kernels``: one STT call at the 10 s and the 30 s window with 24
+protocol (``engine.models.kernels``: one STT call at the 10 s and the 30 s window with 24
 tokens; a 300-token prompt to its first token, then decoded tokens per second). The
 calibration runs first, in the same process, so both see the same machine load; the
 table gives predicted, measured and their ratio per rung. Piper and Kokoro have no
@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 
 from engine.errors import ConfigError
-from engine.runtime import kernels
-from engine.runtime.calibration import (LLM_DECODE_TOKENS, LLM_PROMPT_TOKENS, STT_FALLBACK_FRAMES,
+from engine.models import kernels
+from engine.models.calibration import (LLM_DECODE_TOKENS, LLM_PROMPT_TOKENS, STT_FALLBACK_FRAMES,
                                         STT_TOKENS, STT_WINDOW_FRAMES, RungCost, calibrate,
                                         format_calibration)
-from engine.runtime.ladder import Ladder, load_ladder
+from engine.backends.ladder import Ladder, load_ladder
 
 DESCRIPTION = (__doc__ or "").split("\n\n")[0]
 PROG = "parley-cli bench calibration"

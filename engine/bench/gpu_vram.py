@@ -107,8 +107,8 @@ def _record(stage: str, placement, model, seconds: float, before: dict, after: d
 def measure_loads(config: EngineConfig, device: str, devices: list[DeviceInfo]) -> dict:
     """Load the STT, LLM and TTS of ``config`` onto ``device`` one by one, the meter and
     the driver read before, during and after each; then free them and read again."""
-    from engine.runtime.model_registry import ModelRegistry
-    from engine.runtime.placement import resolve_placements
+    from engine.models.model_registry import ModelRegistry
+    from engine.models.placement import resolve_placements
 
     config = config.with_overrides({"device": device})
     placements = resolve_placements(config, devices)

@@ -188,7 +188,7 @@ def run_layouts(args: argparse.Namespace, resolved: list[ResolvedLayout], audios
     ``should_stop()`` (optional) is asked before each load and each run; when it returns
     True, BenchCancelled is raised and every engine loaded so far is closed."""
     from engine.engine import Engine
-    from engine.runtime.model_registry import ModelRegistry
+    from engine.models.model_registry import ModelRegistry
     from engine.recording import run_recording
 
     registry = ModelRegistry()

@@ -30,7 +30,7 @@ from pathlib import Path
 from engine.config import STAGES, EngineConfig
 from engine.runtime.devices import DeviceInfo, discover_devices, parse_device
 from engine.errors import ConfigError, ParleyError
-from engine.runtime.placement import Placement, resolve_placements
+from engine.models.placement import Placement, resolve_placements
 
 ALL = "all"
 

@@ -289,7 +289,7 @@ def main(argv: list[str], add_config_flags: Callable[[argparse.ArgumentParser], 
         variants = bench_variants(quality_config(args), args.compare, args.variant)
         read_test_set(Path(args.test_set))  # a bad list fails before the models load
         from engine.recording import load_engine
-        from engine.runtime.model_registry import ModelRegistry
+        from engine.models.model_registry import ModelRegistry
 
         registry = ModelRegistry()  # variants that differ only at run time share models
         engines: list[tuple[str, Engine]] = []

@@ -54,7 +54,7 @@ def build_parser(add_config_flags: Callable[[argparse.ArgumentParser], None]) ->
 def hub_config_name(stage: str, rung_id: str) -> str:
     """The hub config folder of ``rung_id``; ConfigError when it is not a CPU ``stage``
     rung on the runtime this bench builds (faster-whisper, onnx-genai)."""
-    from engine.runtime.ladder import load_ladder
+    from engine.backends.ladder import load_ladder
 
     ladder = load_ladder()
     allowed = [r.id for r in ladder.rungs_for(stage, "cpu")
@@ -100,7 +100,7 @@ def _run(args: argparse.Namespace) -> int:
     from engine.config import config_from_flags
     from engine.recording import load_engine, run_recording
     from engine.report import format_budget, turn_dict
-    from engine.runtime.model_registry import ModelRegistry
+    from engine.models.model_registry import ModelRegistry
 
     if args.runs < 1:
         raise ConfigError(f"--runs must be at least 1; got {args.runs}")

@@ -15,7 +15,7 @@ model (every other size stays real) for tests. Models are written once into
 
 Each model is built for the runtime a machine would run it on: transformers (the first
 builders below, for ``--layouts``), CTranslate2 for Whisper (``build_random_ct2_whisper``:
-the int8 ``model.bin`` written straight from the config, ``engine.runtime.kernels``) and
+the int8 ``model.bin`` written straight from the config, ``engine.models.kernels``) and
 onnxruntime-genai for the LLM (``random_onnx_llm``: the random transformers folder, which
 the onnx-genai backend converts to int4 on first load, as it does a downloaded model).
 """
@@ -205,7 +205,7 @@ def build_random_ct2_whisper(folder: Path, name: str = WHISPER, layers: int | No
     encoder and decoder layers each, for tests."""
     if is_built(folder):
         return folder
-    from engine.runtime.kernels import write_ct2_whisper
+    from engine.models.kernels import write_ct2_whisper
 
     values = hub_config(name)
     write_ct2_whisper(folder, values, encoder_layers=layers, decoder_layers=layers,

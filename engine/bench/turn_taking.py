@@ -282,7 +282,7 @@ def main(argv: list[str], add_config_flags: Callable[[argparse.ArgumentParser], 
         compare = args.compare or ([] if args.variant else [DEFAULT_COMPARE])
         variants = bench_variants(_config(args), compare, args.variant)
         from engine.recording import load_engine
-        from engine.runtime.model_registry import ModelRegistry
+        from engine.models.model_registry import ModelRegistry
 
         registry = ModelRegistry()  # the modes differ at run time only: one set of models
         engines: list[tuple[str, Engine]] = []

@@ -1,6 +1,6 @@
 """``parley-cli calibrate``: this machine's speed for every ladder rung, measured without downloads.
 
-The measuring is ``engine.runtime.calibration``'s (random weights at the real widths,
+The measuring is ``engine.models.calibration``'s (random weights at the real widths,
 no hub, no torch); this module parses, prints the table and how long it took. Without
 ``--again`` a calibration cached for this machine and Parley version is shown as it is.
 """
@@ -34,7 +34,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     """Show the cached calibration, or measure (and cache) one; print it."""
     from dataclasses import asdict
 
-    from engine.runtime.calibration import cached_calibration, calibrate, format_calibration
+    from engine.models.calibration import cached_calibration, calibrate, format_calibration
 
     calibration = None if args.again else cached_calibration(args.device_kind)
     if calibration is None:

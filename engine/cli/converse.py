@@ -117,7 +117,7 @@ def run_converse(args: argparse.Namespace, config: EngineConfig) -> int:
 def run_bench(args: argparse.Namespace, config: EngineConfig) -> int:
     audio = _load_input(args.input)
     variants = bench_variants(config, args.compare, args.variant)
-    from engine.runtime.model_registry import ModelRegistry
+    from engine.models.model_registry import ModelRegistry
 
     registry = ModelRegistry()  # variants that differ only at run time share models
     engines = []

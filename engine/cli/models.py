@@ -1,4 +1,4 @@
-"""``parley-cli models``: the models on disk (``engine.runtime.model_cache``) from a terminal.
+"""``parley-cli models``: the models on disk (``engine.models.model_cache``) from a terminal.
 
 ``models [list] [--json] [--no-bundled] [--config FILE]`` lists the hub cache, Parley's
 cache and the bundled models with their sizes (and, given ``--config``, which stage's
@@ -14,7 +14,7 @@ import sys
 from datetime import datetime
 
 from engine.cli.output import write_json
-from engine.runtime.model_cache import ModelScan, human_bytes, remove_model, scan_models, uses_of
+from engine.models.model_cache import ModelScan, human_bytes, remove_model, scan_models, uses_of
 
 
 def add_models_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

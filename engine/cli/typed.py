@@ -29,7 +29,7 @@ from engine.pipeline.metrics import TurnRecord
 
 if TYPE_CHECKING:
     from engine.cli.confirm import TerminalConfirmer
-    from engine.runtime.model_registry import ModelRegistry
+    from engine.models.model_registry import ModelRegistry
 
 #: The longest one reply may take before the command gives up on it.
 REPLY_TIMEOUT_S = 600.0

@@ -13,9 +13,9 @@ from pathlib import Path
 from engine.doctor.probes import Probes
 from engine.doctor.report import Finding, Section, info, ok, problem, warning
 from engine.runtime.hub import HubStatus
-from engine.runtime.model_cache import human_bytes, parley_models_dir
-from engine.runtime.model_catalog import profile
-from engine.runtime.placement import Placement
+from engine.models.model_cache import human_bytes, parley_models_dir
+from engine.models.model_catalog import profile
+from engine.models.placement import Placement
 
 HEAD_TIMEOUT_S = 2.0
 SIZE_TIMEOUT_S = 2.0

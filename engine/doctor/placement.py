@@ -1,5 +1,5 @@
 """The doctor's placement check: where ``auto`` would put each stage (backend, device,
-model), resolved by ``engine.runtime.placement`` exactly as a load would, and why."""
+model), resolved by ``engine.models.placement`` exactly as a load would, and why."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from engine.doctor.report import Finding, Section, info, ok, problem
 from engine.errors import ParleyError
 from engine.runtime.devices import DeviceInfo
 from engine.runtime.hub import HubStatus
-from engine.runtime.placement import Placement, resolve_placements
+from engine.models.placement import Placement, resolve_placements
 
 _PIP_HINT = "Install it with: "
 

@@ -22,8 +22,8 @@ from engine.doctor import system as real
 from engine.doctor.readings import (AudioScan, CommandOutput, CpuReading, Ct2Reading, MacReading,
                                     MlxReading, NvidiaSmi, OrtReading, QtAnswer, TorchReading)
 from engine.runtime.devices import DeviceInfo, discover_devices
-from engine.runtime.ladder import Ladder, load_ladder
-from engine.runtime.placement import CalibrationOf, machine_calibration
+from engine.backends.ladder import Ladder, load_ladder
+from engine.models.placement import CalibrationOf, machine_calibration
 
 
 def _import(name: str) -> ModuleType:

@@ -1,6 +1,6 @@
 """The doctor's model-size check: what ``auto`` picks from the model ladder for this
 machine's measured speed and the voice-to-voice budget, why, and the runner-up
-(``engine.runtime.stack_choice``), or that the machine is not calibrated yet and ``auto``
+(``engine.models.stack_choice``), or that the machine is not calibrated yet and ``auto``
 keeps its defaults by name."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from engine.config import EngineConfig
 from engine.doctor.probes import Probes
 from engine.doctor.report import Finding, Section, info, ok, warning
 from engine.errors import ParleyError
-from engine.runtime.placement import Placement
-from engine.runtime.stack_choice import (BUDGET, EXPLICIT, Candidate, StackChoice, StageChoice,
+from engine.models.placement import Placement
+from engine.models.stack_choice import (BUDGET, EXPLICIT, Candidate, StackChoice, StageChoice,
                                          choose_for_config)
 
 TITLE = "Models by budget"

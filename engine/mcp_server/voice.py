@@ -23,7 +23,7 @@ from engine.pipeline.events import (EngineError, Event, FinalTranscript, TurnCan
                                     TurnFinished)
 from engine.pipeline.messages import ReplyRequest
 from engine.pipeline.metrics import Figure, Mark
-from engine.pipeline.unit import PipelineUnit
+from engine.units.unit import PipelineUnit
 
 #: The unit's number among the engine's units (``parley-cli mcp`` runs only this one).
 UNIT = 0

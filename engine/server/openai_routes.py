@@ -51,7 +51,7 @@ from engine.backends.voices import openai_voice
 from engine.config import AUTO_LANGUAGE
 from engine.errors import ParleyError
 from engine.runtime.compute_gate import Urgency, get_compute_gate
-from engine.runtime.placement import Placement
+from engine.models.placement import Placement
 
 log = logging.getLogger("parley.server")
 

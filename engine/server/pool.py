@@ -21,7 +21,7 @@ from engine.backends.base import Backend
 from engine.engine import Engine
 from engine.pipeline.metrics import Mark, TurnRecord
 from engine.runtime.mlx_lock import MlxLock, get_mlx_lock
-from engine.pipeline.unit import PipelineUnit
+from engine.units.unit import PipelineUnit
 from engine.server.waiting_room import WaitingRoom
 
 log = logging.getLogger("parley.server")

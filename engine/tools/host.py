@@ -35,7 +35,7 @@ from engine.tools.user_module import ToolModuleError, module_label
 from engine.tools.worker import UserToolWorker
 
 if TYPE_CHECKING:
-    from engine.pipeline.unit import PipelineUnit
+    from engine.units.unit import PipelineUnit
 
 log = logging.getLogger("parley.tools")
 

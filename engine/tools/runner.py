@@ -32,7 +32,7 @@ from engine.tools.registry import Tool, ToolInfo, asks_first
 from engine.tools.worker import ToolRaised, ToolTimeout, UserToolWorker, result_text
 
 if TYPE_CHECKING:
-    from engine.pipeline.unit import PipelineUnit
+    from engine.units.unit import PipelineUnit
 
 log = logging.getLogger("parley.tools")
 

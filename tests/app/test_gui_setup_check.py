@@ -17,7 +17,7 @@ from engine.audio.file_sink import FileSink
 from engine.audio.file_source import FileSource
 from engine.config import EngineConfig
 from engine.errors import ConfigError
-from engine.runtime.model_registry import ModelRegistry
+from engine.models.model_registry import ModelRegistry
 from tests.support.device_check import check_models
 from tests.support.fake_sound import install_fake_sound
 from tests.support.threads import parley_threads

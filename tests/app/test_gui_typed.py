@@ -36,7 +36,7 @@ from engine.engine import Engine
 from engine.pipeline.events import (HistorySummarized, ReplyText, ToolCallFinished, ToolCallStarted,
                                     TurnFinished)
 from engine.pipeline.metrics import Figure, Mark, Metrics, TurnKind
-from engine.runtime.model_registry import ModelRegistry
+from engine.models.model_registry import ModelRegistry
 from tests.support.chat_server import ChatServer
 from tests.support.gui import snapshot_from
 from tests.support.screenshots import screenshot_folder, shoot_light_and_dark

@@ -7,9 +7,9 @@ from app.onboarding.offer_rows import OfferRow, choice_lines
 from engine.config import EngineConfig
 from engine.runtime.devices import Device, DeviceInfo
 from engine.runtime.hub import HubStatus
-from engine.runtime.ladder import load_ladder
-from engine.runtime.placement import resolve_placements
-from tests.runtime.test_stack_choice import machine
+from engine.backends.ladder import load_ladder
+from engine.models.placement import resolve_placements
+from tests.models.test_stack_choice import machine
 
 CPU_ONLY = [DeviceInfo(Device("cpu"), "CPU", True),
             DeviceInfo(Device("cuda", 0), "CUDA", False, "no NVIDIA GPU found")]

@@ -531,7 +531,7 @@ def run_room(registry, script, overrides, h, then=None, after_s=1.5, max_extra_s
 
 @pytest.fixture(scope="module")
 def registry():
-    from engine.runtime.model_registry import ModelRegistry
+    from engine.models.model_registry import ModelRegistry
 
     return ModelRegistry()
 

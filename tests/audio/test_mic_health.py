@@ -19,7 +19,7 @@ from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.pipeline.events import AudioStatus, EngineError, UserSpeaking
 from engine.runtime.hub import HubStatus
-from engine.runtime.model_registry import ModelRegistry
+from engine.models.model_registry import ModelRegistry
 from tests.support.fake_sound import FakeSoundDevice, install_fake_sound
 from tests.support.threads import parley_threads, wait_for
 

@@ -96,7 +96,7 @@ def say(backend: str, llm, monkeypatch, text: str, options: GenerationOptions = 
 
 # ---------------------------------------------------------------------- the files
 def test_each_ladder_family_has_its_published_template_with_its_call_format():
-    from engine.runtime.ladder import load_ladder
+    from engine.backends.ladder import load_ladder
 
     families = {rung.family for rung in load_ladder().rungs_for("llm", "cpu")}
     families |= {rung.family for rung in load_ladder().rungs_for("llm", "cuda")}

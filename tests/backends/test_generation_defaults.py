@@ -26,7 +26,7 @@ from engine.backends.llm.sampling import ReplyPenalties
 from engine.backends.llm.tool_calls import HERMES, LLAMA3
 from engine.config import EngineConfig, LlmConfig
 from engine.errors import ModelError
-from engine.runtime.ladder import HUB_CONFIGS
+from engine.backends.ladder import HUB_CONFIGS
 
 DATA = Path(__file__).parent / "data" / "tool_calls"
 SMOLLM2_135M = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 576,

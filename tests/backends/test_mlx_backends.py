@@ -141,7 +141,7 @@ def test_mlx_lm_errors_name_the_folder(tmp_path):
 
 # ---------------------------------------------------------------------- placement
 def test_mlx_device_without_mlx_installed_gives_the_pip_command(monkeypatch):
-    from engine.runtime.placement import resolve_placements
+    from engine.models.placement import resolve_placements
 
     real_find_spec = importlib.util.find_spec
     hidden = {"mlx", "mlx_whisper", "mlx_lm"}

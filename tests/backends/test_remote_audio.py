@@ -22,7 +22,7 @@ from engine.audio.decode import load_audio
 from engine.config import EngineConfig
 from engine.errors import DeviceError
 from engine.pipeline.metrics import Figure
-from engine.runtime.model_registry import ModelRegistry
+from engine.models.model_registry import ModelRegistry
 from engine.recording import load_engine, run_recording
 from tests.support.remote import FaultProxy, wait_http
 from tests.support.server import ServeProcess, free_port

@@ -25,7 +25,7 @@ from engine.config import EngineConfig, LlmConfig
 from engine.runtime.devices import Device, discover_remote
 from engine.errors import DeviceError, ModelError
 from engine.pipeline.metrics import Figure
-from engine.runtime.model_registry import ModelRegistry
+from engine.models.model_registry import ModelRegistry
 from engine.recording import load_engine, run_recording
 from engine.report import placement_dict, turn_dict
 from tests.support.audio import speech_with_gap

@@ -19,7 +19,7 @@ from engine.errors import ConfigError, MissingDependencyError, ParleyError
 from engine.pipeline.events import TurnFinished
 from engine.runtime.hub import HubStatus
 from engine.pipeline.metrics import Figure
-from engine.runtime.model_registry import ModelRegistry
+from engine.models.model_registry import ModelRegistry
 from tests.support.audio import rms
 from tests.support.sources import Quiet
 

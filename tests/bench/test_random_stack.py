@@ -19,9 +19,9 @@ from engine.cli.main import main
 from engine.config import EngineConfig
 from engine.errors import ConfigError
 from engine.pipeline.critical_path import Segment
-from engine.runtime.calibration import RungCost
+from engine.models.calibration import RungCost
 from engine.runtime.devices import Device
-from engine.runtime.ladder import load_ladder
+from engine.backends.ladder import load_ladder
 from tests.support.cli import run_cli
 from tests.support.paths import ROOT
 

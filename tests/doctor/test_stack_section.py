@@ -7,8 +7,8 @@ import dataclasses
 from engine.config import EngineConfig
 from engine.doctor.report import Level, render_text
 from engine.doctor.run import SECTIONS, run_checks
-from engine.runtime.ladder import load_ladder
-from tests.runtime.test_stack_choice import machine
+from engine.backends.ladder import load_ladder
+from tests.models.test_stack_choice import machine
 from tests.support.doctor import healthy_devices, healthy_probes
 
 

@@ -16,7 +16,7 @@ from engine.engine import Engine
 from engine.pipeline.events import EngineError, FinalTranscript
 from engine.runtime.hub import HubStatus
 from engine.pipeline.metrics import Figure
-from engine.runtime.model_registry import ModelRegistry
+from engine.models.model_registry import ModelRegistry
 from tests.support.audio import speech_with_gap
 from tests.support.sources import Quiet
 from tests.support.transcripts import normalize, normalize_spelled

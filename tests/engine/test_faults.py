@@ -42,7 +42,7 @@ from engine.pipeline.events import (AudioStatus, EngineError, EventHub, FinalTra
 from engine.runtime.hub import HubStatus
 from engine.pipeline.messages import Message, SpeechSegment, TextChunk
 from engine.pipeline.metrics import Metrics
-from engine.runtime.model_registry import ModelRegistry
+from engine.models.model_registry import ModelRegistry
 from engine.report import turn_dict
 from engine.pipeline.stage import SourceStage, Stage, StageContext
 from tests.support.audio import speech_with_gap

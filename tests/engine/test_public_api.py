@@ -9,8 +9,8 @@ import pytest
 import engine
 
 # Modules that only ``Engine`` needs: the streaming core, the stages, the backends, numpy.
-HEAVY = ("engine.engine", "engine.pipeline", "engine.stages", "engine.backends", "engine.runtime",
-         "engine.audio", "numpy")
+HEAVY = ("engine.engine", "engine.units", "engine.pipeline", "engine.stages", "engine.models",
+         "engine.backends", "engine.runtime", "engine.audio", "numpy")
 
 
 def _loaded_after(code: str) -> list[str]:
@@ -46,4 +46,4 @@ def test_importing_the_package_or_its_config_loads_no_pipeline(code):
 
 def test_asking_for_engine_loads_the_pipeline():
     loaded = _loaded_after("from engine import Engine")
-    assert "engine.engine" in loaded and "engine.pipeline.unit" in loaded
+    assert "engine.engine" in loaded and "engine.units.unit" in loaded

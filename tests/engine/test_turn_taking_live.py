@@ -15,7 +15,7 @@ from engine.engine import Engine
 from engine.pipeline.events import (EngineError, FinalTranscript, PartialTranscript, ReplyText, TurnCancelled)
 from engine.runtime.hub import HubStatus
 from engine.pipeline.metrics import Figure
-from engine.runtime.model_registry import ModelRegistry
+from engine.models.model_registry import ModelRegistry
 from tests.support.events import EventRecorder
 from tests.support.sources import SpeakWhenReplyPlays
 from tests.support.transcripts import normalize

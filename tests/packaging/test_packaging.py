@@ -265,7 +265,7 @@ def test_offline_notice_names_the_bundled_models():
     from app.onboarding.downloads import hub_downloads, offline_notice
     from engine.config import EngineConfig
     from engine.runtime.hub import HubStatus
-    from engine.runtime.placement import resolve_placements
+    from engine.models.placement import resolve_placements
 
     placements = resolve_placements(EngineConfig(device="cpu"), hub=HubStatus(offline=True))
     notice = offline_notice(placements.values())

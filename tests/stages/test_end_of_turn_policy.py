@@ -90,7 +90,7 @@ def wait_for(condition, timeout: float = 10.0) -> None:
 def bundled():
     """The bundled SmolLM2-135M on the CPU, as the engine loads it for the text signal."""
     from engine.engine import _load_text_model
-    from engine.runtime.model_registry import ModelRegistry
+    from engine.models.model_registry import ModelRegistry
 
     registry = ModelRegistry()
     placement, model = _load_text_model(registry, EngineConfig())

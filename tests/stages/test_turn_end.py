@@ -19,7 +19,7 @@ from engine.errors import MissingDependencyError, ModelError
 from engine.runtime.compute_gate import ComputeGate, set_compute_gate
 from engine.runtime.hub import HubStatus
 from engine.pipeline.metrics import Figure, Mark
-from engine.runtime.model_registry import ModelRegistry
+from engine.models.model_registry import ModelRegistry
 from engine.stages.end_of_turn.board import AudioScorer, TurnEndBoard, TurnScores
 from tests.support.transcripts import normalize
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from engine.audio.device_check import MIC_STAGES, SPEAKER_STAGES
+from engine.doctor.device_check import MIC_STAGES, SPEAKER_STAGES
 from engine.config import EngineConfig
 from engine.runtime.hub import HubStatus
-from engine.runtime.model_registry import ModelRegistry
-from engine.runtime.placement import resolve_placements
+from engine.models.model_registry import ModelRegistry
+from engine.models.placement import resolve_placements
 
 
 def check_models(registry: ModelRegistry) -> dict[str, object]:

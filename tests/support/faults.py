@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from engine.backends.base import no_progress
-from engine.runtime.model_registry import ModelRegistry
+from engine.models.model_registry import ModelRegistry
 
 
 def injected(text: str = "injected fault") -> RuntimeError:

@@ -8,7 +8,7 @@ import pytest
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.runtime.hub import HubStatus
-from engine.runtime.model_registry import ModelRegistry
+from engine.models.model_registry import ModelRegistry
 from tests.support.chat_server import ChatServer
 from tests.support.tools import ToolEngine
 

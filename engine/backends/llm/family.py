@@ -98,7 +98,7 @@ def ladder_rung(folder: Path):
 
 @functools.lru_cache(maxsize=1)
 def _llm_rungs() -> tuple:
-    from engine.runtime.ladder import load_ladder
+    from engine.backends.ladder import load_ladder
 
     return tuple(r for r in load_ladder().rungs if r.stage == "llm")
 

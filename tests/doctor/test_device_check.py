@@ -1,4 +1,4 @@
-"""The first-run device check, engine side (engine.audio.device_check): the bundled recording as
+"""The first-run device check, engine side (engine.doctor.device_check): the bundled recording as
 the microphone, the real offline VAD, STT and TTS models, the fake sound device for the
 faults."""
 
@@ -13,8 +13,8 @@ import pytest
 from engine.audio.file_sink import FileSink
 from engine.audio.file_source import FileSource
 from engine.audio.speaker import SpeakerSink
-from engine.runtime.model_registry import ModelRegistry
-from engine.audio.device_check import (MIC_STAGES, SPEAKER_STAGES, MicCheck, SpeakerCheck, dbfs,
+from engine.models.model_registry import ModelRegistry
+from engine.doctor.device_check import (MIC_STAGES, SPEAKER_STAGES, MicCheck, SpeakerCheck, dbfs,
                                        missing_models)
 from tests.support.device_check import check_models
 from tests.support.fake_sound import install_fake_sound
@@ -245,7 +245,7 @@ def test_frames_keep_their_capture_times_across_blocks():
 
 
 def test_the_sentence_ends_after_a_second_of_silence_whatever_the_vad_wait():
-    from engine.audio.device_check import END_SILENCE_S, check_turns
+    from engine.doctor.device_check import END_SILENCE_S, check_turns
     from engine.config import VadConfig
 
     for wait_ms in (100, 300, 800):

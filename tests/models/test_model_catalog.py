@@ -7,7 +7,7 @@ import os
 import pytest
 
 from engine.backends import BackendRegistry
-from engine.runtime.model_catalog import (FAST, KNOWN, MODERATE, SLOW, backend_profile,
+from engine.models.model_catalog import (FAST, KNOWN, MODERATE, SLOW, backend_profile,
                                           full_precision_warning, parameters_from_name,
                                           placement_notes, precision_from_config,
                                           precision_from_name, profile, speed_class)

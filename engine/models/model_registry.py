@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.backends.base import Backend, LoadRequest, Progress, no_progress
-from engine.runtime.placement import Placement
+from engine.models.placement import Placement
 
 
 @dataclass(frozen=True, slots=True)

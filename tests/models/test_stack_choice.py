@@ -9,12 +9,12 @@ with no calibration nothing is chosen by budget and each stage says so.
 import pytest
 
 from engine.config import EngineConfig
-from engine.runtime.calibration import Calibration, RungCost
+from engine.models.calibration import Calibration, RungCost
 from engine.runtime.devices import Device, DeviceInfo
 from engine.runtime.hub import HubStatus
-from engine.runtime.ladder import load_ladder
-from engine.runtime.placement import resolve_placements
-from engine.runtime.stack_choice import (BUDGET, EXPLICIT, NONE, UNMEASURED, Candidate, StackChoice,
+from engine.backends.ladder import load_ladder
+from engine.models.placement import resolve_placements
+from engine.models.stack_choice import (BUDGET, EXPLICIT, NONE, UNMEASURED, Candidate, StackChoice,
                                          StageChoice, choose_for_config, choose_stack, find_rung, gains)
 
 

@@ -1,7 +1,7 @@
 """Which model of the ladder each stage gets: the largest that keeps the turn in budget.
 
-``choose_stack`` is a pure function of the ladder (``engine.runtime.ladder``), this
-machine's calibration (``engine.runtime.calibration``: each rung's predicted STT time, LLM
+``choose_stack`` is a pure function of the ladder (``engine.backends.ladder``), this
+machine's calibration (``engine.models.calibration``: each rung's predicted STT time, LLM
 time to first token and tokens per second, TTS first-chunk time), the device kind, the
 voice-to-voice budget (``voice_budget_s``, 0.8 s on the median turn by default), the
 conversation's language and the user's explicit settings. Per stage it returns the rung
@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from engine.config import EngineConfig
-from engine.runtime.ladder import STAGES, Build, Ladder, Rung
-from engine.runtime.model_catalog import human_size
+from engine.backends.ladder import STAGES, Build, Ladder, Rung
+from engine.models.model_catalog import human_size
 
 if TYPE_CHECKING:
-    from engine.runtime.calibration import Calibration, RungCost
+    from engine.models.calibration import Calibration, RungCost
 
 DEFAULT_BUDGET_S = 0.8
 #: The end-of-turn wait kept out of the stages' budget: the bundled stack's measured

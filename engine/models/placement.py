@@ -5,10 +5,10 @@ This runs before any model loads, so an impossible placement is a clear error at
 fall back to the bundled offline stack where the hub is unusable; every fallback is
 recorded as a note the CLI and GUI show. On Apple Silicon ``auto`` takes the quantized
 MLX builds (a 4-bit LLM, Whisper turbo) and says so, and a full-precision LLM there gets
-a warning note (``engine.runtime.model_catalog``).
+a warning note (``engine.models.model_catalog``).
 
-With a calibration of the device kind (``engine.runtime.calibration``), a stage whose
-model is ``auto`` takes the ladder's choice by budget (``engine.runtime.stack_choice``):
+With a calibration of the device kind (``engine.models.calibration``), a stage whose
+model is ``auto`` takes the ladder's choice by budget (``engine.models.stack_choice``):
 its backend first among the auto candidates, its repo as the hub model, and a note
 saying why. A model the user set that is predicted over its share of the budget gets a
 warning note. Every placement carries its stage's choice (``Placement.choice``) so the
@@ -35,12 +35,12 @@ from engine.config import STAGES, EngineConfig
 from engine.runtime.devices import CPU, Device, DeviceInfo, check_placement, discover_devices, parse_device
 from engine.errors import ConfigError, DeviceError, ModelError
 from engine.runtime.hub import HubStatus
-from engine.runtime.ladder import shipped_ladder
-from engine.runtime.model_catalog import placement_notes
-from engine.runtime.stack_choice import BUDGET, EXPLICIT, StackChoice, StageChoice, choose_for_config
+from engine.backends.ladder import shipped_ladder
+from engine.models.model_catalog import placement_notes
+from engine.models.stack_choice import BUDGET, EXPLICIT, StackChoice, StageChoice, choose_for_config
 
 if TYPE_CHECKING:
-    from engine.runtime.calibration import Calibration
+    from engine.models.calibration import Calibration
 
 CalibrationOf = Callable[[str], "Calibration | None"]  # device kind -> its calibration, if any
 
@@ -306,7 +306,7 @@ _OTHER_STACK_KINDS = ("cuda", "cpu")
 
 def machine_calibration(device_kind: str) -> Calibration | None:
     """This machine's cached calibration of ``device_kind``, or None (never measures)."""
-    from engine.runtime.calibration import cached_calibration
+    from engine.models.calibration import cached_calibration
 
     return cached_calibration(device_kind)
 

@@ -5,8 +5,8 @@ import threading
 
 from engine.config import EngineConfig
 from engine.runtime.hub import HubStatus
-from engine.runtime.model_registry import ModelRegistry
-from engine.runtime.placement import resolve_placements
+from engine.models.model_registry import ModelRegistry
+from engine.models.placement import resolve_placements
 
 
 def _vad_placement():

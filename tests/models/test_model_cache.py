@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.runtime.model_cache import (BUNDLED, HUB, PARLEY, ModelCacheError, ModelInUseError, ModelUse,
+from engine.models.model_cache import (BUNDLED, HUB, PARLEY, ModelCacheError, ModelInUseError, ModelUse,
                                         engine_uses, remove_model, scan_models, uses_of)
 from tests.support.hub import REV, make_hub_repo
 
@@ -90,7 +90,7 @@ def test_unknown_names_and_bundled_models_are_refused(caches):
     scan = scan_models(bundled=False)
     with pytest.raises(ModelCacheError, match="no cached model 'org/missing'"):
         scan.find("org/missing")
-    from engine.runtime.model_cache import CachedModel
+    from engine.models.model_cache import CachedModel
 
     bundled = CachedModel("silero_vad/x.onnx", BUNDLED, caches["gguf"], 10, source="silero_vad")
     with pytest.raises(ModelCacheError, match="pip uninstall"):

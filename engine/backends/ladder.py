@@ -12,7 +12,7 @@ file, the rung, the field, the value and what is allowed: an unknown key, a wron
 a backend the registry does not have for that stage or device kind, an unknown device
 kind, a duplicate id, a missing architecture config, an English-only model (``.en``)
 claiming other languages, rungs out of order of size within a stage and device kind.
-``engine.runtime.stack_choice`` picks from it with a calibration's predictions; only file
+``engine.models.stack_choice`` picks from it with a calibration's predictions; only file
 reads here, no hub request, no heavy import.
 """
 

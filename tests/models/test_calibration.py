@@ -11,8 +11,8 @@ import json
 import pytest
 
 from engine.errors import ConfigError
-from engine.runtime import calibration as cal
-from engine.runtime.ladder import Ladder, load_ladder
+from engine.models import calibration as cal
+from engine.backends.ladder import Ladder, load_ladder
 
 pytest.importorskip("ctranslate2")
 pytest.importorskip("onnxruntime")
@@ -122,7 +122,7 @@ def test_the_table_has_a_row_per_rung_and_the_time_taken(measured):
 def test_the_kernel_whisper_has_the_config_width(tmp_path):
     import ctranslate2
 
-    from engine.runtime.kernels import write_ct2_whisper
+    from engine.models.kernels import write_ct2_whisper
 
     path = load_ladder().get("whisper-large-v3-turbo").hub_config
     assert path is not None

@@ -7,7 +7,7 @@ from engine.config import EngineConfig
 from engine.runtime.devices import Device, DeviceInfo, discover_devices, parse_device
 from engine.errors import ConfigError, DeviceError, MissingDependencyError
 from engine.runtime.hub import HubStatus
-from engine.runtime.placement import resolve_placements
+from engine.models.placement import resolve_placements
 
 OFFLINE = HubStatus(offline=True)
 CPU_ONLY = [DeviceInfo(Device("cpu"), "CPU", True),
@@ -97,7 +97,7 @@ def test_missing_optional_package_gives_the_pip_command():
                     ("mlx_whisper_not_installed_here",), "mlx", ("mlx",)),
     ))
     config = EngineConfig().with_overrides({"stt.device": "mlx"})
-    from engine.runtime.placement import _Resolver
+    from engine.models.placement import _Resolver
 
     with pytest.raises(MissingDependencyError) as info:
         _Resolver(config, CPU_ONLY, registry, OFFLINE).resolve("stt")
@@ -117,7 +117,7 @@ def _mac_devices(monkeypatch):
 def _apple_silicon_with_cache(monkeypatch, tmp_path, *repos):
     """Apple Silicon simulated, with ``repos`` in the local Hugging Face cache (as after
     a first run)."""
-    import engine.runtime.placement as placement_module
+    import engine.models.placement as placement_module
 
     monkeypatch.setattr(placement_module, "is_apple_silicon", lambda: True)
     for repo in repos:

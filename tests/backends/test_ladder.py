@@ -7,7 +7,7 @@ import pytest
 
 from engine.backends import BackendRegistry
 from engine.errors import ConfigError
-from engine.runtime.ladder import BUILD_DEVICE_KINDS, DEFAULT_LADDER, STAGES, load_ladder
+from engine.backends.ladder import BUILD_DEVICE_KINDS, DEFAULT_LADDER, STAGES, load_ladder
 
 
 @pytest.fixture(scope="module")

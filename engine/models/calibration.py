@@ -2,7 +2,7 @@
 
 ``calibrate(device_kind)`` predicts, per rung of ``resources/ladder.toml`` with a build for
 that device kind, what one call of each stage of a voice turn costs on this machine; it
-needs no weights from the hub and no torch. How (``engine.runtime.kernels``):
+needs no weights from the hub and no torch. How (``engine.models.kernels``):
 
 - **STT** (faster-whisper, CTranslate2): per architecture width (tiny, base, small,
   large: distil-large-v3 and large-v3-turbo share one), two CTranslate2 Whispers written
@@ -42,8 +42,8 @@ from importlib import metadata
 from pathlib import Path
 
 from engine.errors import ConfigError, DeviceError
-from engine.runtime import kernels
-from engine.runtime.ladder import Ladder, Rung, load_ladder
+from engine.models import kernels
+from engine.backends.ladder import Ladder, Rung, load_ladder
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""One pipeline unit: the five stages composed with bounded queues (``engine/units/unit.py``)."""
