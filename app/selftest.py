@@ -123,7 +123,7 @@ def _config(path: str | None):
 def _run(config_path: str | None, summary: dict) -> list[str]:
     """The self-test proper; fills ``summary`` and returns the failed checks."""
     from engine.audio.decode import load_audio
-    from engine.pipeline.metrics import Mark
+    from engine.measures import Mark
     from engine.runtime.hub import HubStatus
     from engine.recording import load_engine, run_recording
     from engine.report import turn_dict

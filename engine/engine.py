@@ -20,8 +20,8 @@ from engine.backends.base import Backend, LlmModel, Progress, StageModels, model
 from engine.config import STAGES, EndOfTurn, EngineConfig, require_one_unit
 from engine.config_diff import ConfigDiff, Effect, diff_configs
 from engine.runtime.devices import DeviceInfo
-from engine.errors import (ConfigError, DeviceError, MissingDependencyError, ModelLoadError, ParleyError,
-                           is_out_of_memory, release_cached_memory)
+from engine.errors import ConfigError, DeviceError, MissingDependencyError, ParleyError, is_out_of_memory
+from engine.runtime.failures import ModelLoadError, release_cached_memory
 from engine.pipeline.events import Event, EventHub, LoadProgress
 from engine.runtime.hub import HubStatus
 from engine.runtime.memory import MemoryReading, sample_memory

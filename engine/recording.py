@@ -15,9 +15,10 @@ import numpy as np
 
 from engine.config import EngineConfig, require_one_unit
 from engine.engine import Engine
+from engine.measures import Mark
 from engine.pipeline.events import EngineError, Event
 from engine.runtime.hub import HubStatus
-from engine.pipeline.metrics import Mark, TurnRecord
+from engine.pipeline.metrics import TurnRecord
 from engine.models.model_registry import ModelRegistry
 
 ProgressFn = Callable[[str, float | None, str], None]  # (stage, fraction 0..1 or None, text)

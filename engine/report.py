@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import textwrap
 
+from engine.measures import Figure, Mark, UnitOfMeasure
 from engine.pipeline.critical_path import Segment, median_turn, path_json
-from engine.pipeline.metrics import Figure, Mark, TurnRecord, UnitOfMeasure
+from engine.pipeline.metrics import TurnRecord
 from engine.models.placement import Placement
 from engine.runtime.stats import percentile
 

@@ -8,6 +8,9 @@
 - ``engine/`` keeps only its front-end API at its top (at most 12 modules, named in
   ``ENGINE_TOP_LEVEL``); every other engine module sits in a folder that names its layer
   (``ENGINE_LAYERS``, each one described in ``docs/ARCHITECTURE.md``).
+- ``engine``'s layers form a staircase (``ENGINE_STAIRCASE``, bottom to top): every import
+  from a module of one step points to its own step or one below it, never up (no
+  exceptions).
 - The streaming core (``engine.pipeline``, ``engine.stages``) imports nothing from the tools
   and services built on it (``engine.bench``, ``engine.cli``, ``engine.doctor``, ``engine.server``,
   ``engine.history``, ``engine.tools``).
@@ -208,11 +211,11 @@ def test_only_the_command_line_imports_it_and_nothing_imports_its_entry_point(al
                         + "\n".join(back))
 
 
-ENGINE_TOP_LEVEL = {"__init__", "engine", "config", "config_diff", "config_mcp", "errors", "recording",
-                    "report"}
+ENGINE_TOP_LEVEL = {"__init__", "engine", "config", "config_diff", "config_mcp", "errors", "measures",
+                    "recording", "report"}
 ENGINE_TOP_LEVEL_MAX = 12  # counting __init__.py
-ENGINE_LAYERS = {"pipeline", "stages", "units", "runtime", "models", "audio", "backends", "history",
-                 "server", "bench", "cli", "doctor", "tools", "mcp_server"}
+ENGINE_LAYERS = {"pipeline", "stages", "runtime", "audio", "backends", "models", "units", "history", "server",
+                 "bench", "cli", "doctor", "tools", "mcp_server"}
 STREAMING_CORE = ("engine.pipeline", "engine.stages")
 BUILT_ON_THE_CORE = ("engine.bench", "engine.cli", "engine.doctor", "engine.server", "engine.history",
                      "engine.tools", "engine.mcp_server")
@@ -258,6 +261,92 @@ def test_the_folder_rules_see_this_tree(all_imports):
     assert _within("engine.history.store", BUILT_ON_THE_CORE)
     assert not _within("engine.historyx", BUILT_ON_THE_CORE)
     assert {f.name for f in _folders(ROOT / "engine")} >= ENGINE_LAYERS
+
+
+#: engine's layers, bottom to top: a module imports its own step or those below it. A step
+#: is a layer folder (``engine.audio`` stands for everything in ``engine/audio/``) or
+#: top-level modules (``engine`` itself is the package's ``__init__``).
+#:
+#: - The foundation: errors, settings, and the marks and figures a turn is measured by.
+#: - ``audio`` (the sound primitives) and ``runtime`` (devices, memory, paths, the hub, the MLX
+#:   lock, the CPU's compute gate, stats) import only the foundation, not each other.
+#: - ``backends`` run on ``runtime``, with the model ladder (each rung's builds name a
+#:   backend; an LLM's family and size are looked up in it); ``models`` (catalog, registry,
+#:   cache, placement, calibration and its kernels, the stack ``auto`` picks) chooses and
+#:   loads the backends.
+#: - ``pipeline`` is the stage base and what flows between stages (it holds the loaded
+#:   backends' contracts, not the registry, and asks the end-of-turn policy through a
+#:   Protocol that the policy in ``stages`` implements); ``stages`` are the five stages;
+#:   ``units`` composes them into one pipeline unit.
+#: - Then what is built on a unit: the report of a turn (``engine.report``, which names
+#:   the placement), the stored history (which stores reports), the tools (history search;
+#:   they run on a unit), the front end (``Engine``, which holds the tools), the recording
+#:   runner on an ``Engine``, and the services: doctor, the MCP server, the realtime server
+#:   (which serves MCP), the benchmarks (which start servers), and the command line.
+ENGINE_STAIRCASE: tuple[tuple[str, ...], ...] = (
+    ("engine.errors", "engine.config_mcp", "engine.config", "engine.measures"),
+    ("engine.audio",),
+    ("engine.runtime",),
+    ("engine.backends",),
+    ("engine.models",),
+    ("engine.pipeline",),
+    ("engine.stages",),
+    ("engine.units",),
+    ("engine.report",),
+    ("engine.history",),
+    ("engine.tools",),
+    ("engine", "engine.engine", "engine.config_diff"),
+    ("engine.recording",),
+    ("engine.doctor",),
+    ("engine.mcp_server",),
+    ("engine.server",),
+    ("engine.bench",),
+    ("engine.cli",),
+)
+
+
+def engine_step(dotted: str) -> int | None:
+    """The index in ``ENGINE_STAIRCASE`` of an ``engine`` module's step; None for a module
+    outside ``engine``, or one no step names."""
+    parts = dotted.split(".")
+    if parts[0] != "engine":
+        return None
+    key = ".".join(parts[:2])
+    return next((i for i, step in enumerate(ENGINE_STAIRCASE) if key in step), None)
+
+
+def test_every_engine_module_has_a_step_on_the_staircase():
+    modules = [name for name in _sources() if name.split(".")[0] == "engine"]
+    lost = sorted({".".join(m.split(".")[:2]) for m in modules if engine_step(m) is None})
+    assert lost == [], f"add these to ENGINE_STAIRCASE, at the step their imports allow: {lost}"
+    named = [entry for step in ENGINE_STAIRCASE for entry in step]
+    assert len(named) == len(set(named)), "a module or layer is on two steps of ENGINE_STAIRCASE"
+
+
+def _upward(imports: list[Import]) -> list[Import]:
+    ups = []
+    for imp in imports:
+        here, there = engine_step(imp.importer), engine_step(imp.target)
+        if here is not None and there is not None and there > here:
+            ups.append(imp)
+    return ups
+
+
+def test_engine_imports_point_down_the_staircase(all_imports):
+    # Lazy and TYPE_CHECKING imports count: each is a dependency all the same. No exceptions.
+    bad = [f"{_where(i)}{' (type only)' if i.type_only else ''}" for i in _upward(all_imports)]
+    assert bad == [], ("an engine module imports a layer above its own (ENGINE_STAIRCASE, bottom "
+                       "to top): move the shared part down, or pass it in:\n" + "\n".join(bad))
+
+
+def test_the_staircase_sees_this_tree():
+    assert engine_step("engine.errors") == 0 and engine_step("engine.audio.pcm") == 1
+    assert engine_step("engine") == engine_step("engine.engine") > engine_step("engine.units.unit")
+    assert engine_step("engine.backends.base") < engine_step("engine.models.placement")
+    assert engine_step("app.main") is None and engine_step("engine.nothing") is None
+    up = Import("engine.audio.pcm", "engine.stages.turns", 1, lazy=True, type_only=False)
+    down = Import("engine.stages.turns", "engine.audio.pcm", 1, lazy=False, type_only=True)
+    assert _upward([up, down]) == [up]
 
 
 APP_SHARED = ("core", "window")  # what the features share, and the composition root

@@ -28,8 +28,8 @@ from app.core.resources import resource_path
 from app.core.widgets import data_table, set_row
 from engine.backends import BackendRegistry
 from engine.bench.layouts import Layout
+from engine.measures import Figure
 from engine.pipeline.critical_path import Segment, median_path
-from engine.pipeline.metrics import Figure
 
 AUTO = "auto"
 SAME = ""  # a stage dropdown's "as for all stages"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QPushButton, QWidget
 
-from engine.pipeline.metrics import Figure, Mark
+from engine.measures import Figure, Mark
 
 #: Seconds the button stays after the estimated end of the audio (the sink's buffer).
 TAIL_S = 0.3

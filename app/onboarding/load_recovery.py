@@ -7,7 +7,8 @@ first (the floor every local backend but MLX's runs on), the failed device never
 
 from __future__ import annotations
 
-from engine.errors import ModelLoadError, ParleyError
+from engine.errors import ParleyError
+from engine.runtime.failures import ModelLoadError
 
 
 def other_devices(error: ModelLoadError, devices, backends) -> list[str]:

@@ -14,7 +14,8 @@ from app.onboarding.downloads import ModelDownloadDialog, hub_downloads, offline
 from app.onboarding.load_recovery import other_devices
 from app.onboarding.offer_rows import choice_lines
 from engine.backends import BackendRegistry
-from engine.errors import ModelLoadError, ParleyError
+from engine.errors import ParleyError
+from engine.runtime.failures import ModelLoadError
 
 if TYPE_CHECKING:
     from app.core.window_api import WindowApi

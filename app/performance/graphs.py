@@ -18,8 +18,8 @@ from PySide6.QtWidgets import QGridLayout, QWidget
 
 from app.core import theme
 from app.core.plots import SEGMENT_COLORS, plot_item, style_plot, view_box
+from engine.measures import Figure
 from engine.pipeline.critical_path import Segment
-from engine.pipeline.metrics import Figure
 
 if TYPE_CHECKING:
     from engine.pipeline.metrics import TurnRecord

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QGridLayout, QGroupBox, QLabel, QVBoxLayout, QWidg
 
 from app.core.display import fmt_bytes, fmt_ms
 from app.core.widgets import BarMeter
-from engine.pipeline.metrics import Figure, UnitOfMeasure
+from engine.measures import Figure, UnitOfMeasure
 
 
 def _detail(text: str = "") -> QLabel:

@@ -39,7 +39,7 @@ class RemoteProbe(QObject):
             return
 
         def probe() -> dict[str, DeviceInfo]:
-            from engine.runtime.devices import discover_remote
+            from engine.backends.remote_probe import discover_remote
 
             return {i.stages[0]: i for i in discover_remote(config)}
 

@@ -42,7 +42,7 @@ from app.window.snapshot_feed import SnapshotFeed
 from app.window.status_line import Banner, LoadRow, StageStatus, StatePill
 from app.window.window_state import restore_window_state, save_window_state
 from engine.config import EngineConfig
-from engine.errors import ModelLoadError
+from engine.runtime.failures import ModelLoadError
 
 POLL_MS = 100  # meters and graphs at 10 Hz
 LISTEN_TIP = "Start or stop listening to the microphone (Ctrl+L)"

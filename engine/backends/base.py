@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 import numpy as np
 
-from engine.pipeline.metrics import Figure
+from engine.measures import Figure
 from engine.runtime.devices import Device
 
 if TYPE_CHECKING:

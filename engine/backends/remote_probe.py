@@ -1,6 +1,6 @@
 """Is a remote stage's server there, and what does it serve: probing before use.
 
-``probe``/``discover_endpoints`` ask ``GET /models`` with a short timeout before anything
+``probe``/``discover_remote`` ask ``GET /models`` with a short timeout before anything
 is used: is the server there, does it take the key, which server is it, which models does
 it serve. Placement and the device lists read it like they read a GPU's presence. A server
 whose model list cannot be read (``mlx_lm.server`` without a Hugging Face cache folder
@@ -240,9 +240,10 @@ def probe_stage(stage: str, options: SttConfig | LlmConfig | TtsConfig,
     return result, (result.model_problem(options.model) if result.ok else result.reason)
 
 
-def discover_endpoints(config, timeout_s: float = PROBE_TIMEOUT_S) -> list:
-    """One ``remote`` DeviceInfo per stage of ``config`` whose ``base_url`` is set, the
-    stages' endpoints probed in parallel (``timeout_s`` at most)."""
+def discover_remote(config, timeout_s: float = PROBE_TIMEOUT_S) -> list:
+    """One ``remote`` DeviceInfo per stage of ``config`` (an EngineConfig) whose
+    ``base_url`` is set, the stages' endpoints probed in parallel (``timeout_s`` at most):
+    available when the server answers ``/models`` and lists the stage's model."""
     from engine.runtime.devices import Device, DeviceInfo
 
     stages = [s for s in REMOTE_STAGES if config.stage_config(s).base_url.strip()]

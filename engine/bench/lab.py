@@ -26,8 +26,8 @@ from engine.bench.layouts import ResolvedLayout, parse_layouts, resolve_layouts
 from engine.config import EngineConfig, config_from_flags, require_one_unit
 from engine.bench.sampler import PeriodicSampler
 from engine.errors import AudioInputError, ConfigError, NoSpeechError, ParleyError, run_command
+from engine.measures import Figure
 from engine.pipeline.critical_path import median_turn
-from engine.pipeline.metrics import Figure
 from engine.report import bench_summary, format_budget, format_value, turn_dict
 from engine.runtime.stats import percentile
 

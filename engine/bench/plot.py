@@ -11,8 +11,8 @@ imported here only, with the Agg backend: no display is needed.
 from __future__ import annotations
 
 from engine.errors import MissingDependencyError
+from engine.measures import Figure
 from engine.pipeline.critical_path import Segment, median_path
-from engine.pipeline.metrics import Figure
 
 
 def layout_paths(doc: dict) -> list[dict[Segment, float] | None]:

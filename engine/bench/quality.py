@@ -176,7 +176,7 @@ def score(item: SpokenItem, transcript: str, reply: str,
 def run_item(engine: Engine, item: SpokenItem) -> ItemResult:
     """``item`` through a fresh pipeline unit of ``engine``, fed as fast as it goes."""
     from engine.errors import ParleyError
-    from engine.pipeline.metrics import Figure
+    from engine.measures import Figure
     from engine.recording import run_recording
 
     turns, errors = run_recording(engine, item.audio, None, realtime=False)

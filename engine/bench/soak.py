@@ -260,7 +260,7 @@ class _TurnWatch:
 
 
 def _answered(engine, unit: int, turn_ids: list[int], watch: _TurnWatch) -> bool:
-    from engine.pipeline.metrics import Mark
+    from engine.measures import Mark
 
     for turn_id in turn_ids:
         if watch.ended.get(turn_id) != "finished":

@@ -8,9 +8,10 @@ from __future__ import annotations
 import dataclasses
 import sys
 
+from engine.backends.remote_probe import discover_remote
 from engine.cli.output import write_json
 from engine.config import EngineConfig
-from engine.runtime.devices import discover_devices, discover_remote
+from engine.runtime.devices import discover_devices
 from engine.runtime.memory import sample_memory
 
 

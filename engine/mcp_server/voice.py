@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from engine.audio.base import AudioSink, AudioSource
 from engine.engine import Engine
 from engine.errors import ConfigError, ParleyError
+from engine.measures import Figure, Mark
 from engine.pipeline.events import (EngineError, Event, FinalTranscript, TurnCancelled,
                                     TurnFinished)
 from engine.pipeline.messages import ReplyRequest
-from engine.pipeline.metrics import Figure, Mark
 from engine.units.unit import PipelineUnit
 
 #: The unit's number among the engine's units (``parley-cli mcp`` runs only this one).

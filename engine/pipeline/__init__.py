@@ -1,1 +1,1 @@
-"""The streaming core of one pipeline unit: stages, messages, control, playback, metrics."""
+"""The streaming core: the stage base, messages, control, playback, events, metrics, chat history."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 
-from engine.pipeline.metrics import Figure, Mark
+from engine.measures import Figure, Mark
 
 
 class Segment(enum.StrEnum):

@@ -21,10 +21,11 @@ import time
 from typing import TYPE_CHECKING
 
 from engine.audio.base import AudioSink
+from engine.measures import Mark
 from engine.pipeline.control import TurnControl
 from engine.pipeline.events import EventHub, TurnFinished
 from engine.pipeline.messages import AudioOut
-from engine.pipeline.metrics import Mark, Metrics
+from engine.pipeline.metrics import Metrics
 
 if TYPE_CHECKING:
     from engine.audio.echo import ReferenceTap
@@ -99,6 +100,7 @@ class Playback:
 
     def _play(self, out: AudioOut) -> None:
         unit, metrics = self.unit, self._metrics
+        turn_metrics = metrics.for_turn(unit, out.turn_id)
         if out.audio.size:
             spoken = self._spoken.get(out.turn_id)
             if spoken is None:
@@ -111,10 +113,10 @@ class Playback:
             if out.turn_id not in self._started:
                 self._started.add(out.turn_id)
                 heard = self.sink.first_heard(out.turn_id)
-                metrics.mark(unit, out.turn_id, Mark.AUDIO_OUT_FIRST,
-                             heard if heard is not None else time.perf_counter(), overwrite=True)
+                turn_metrics.mark(Mark.AUDIO_OUT_FIRST,
+                                  heard if heard is not None else time.perf_counter(), overwrite=True)
         if out.last:
-            metrics.mark(unit, out.turn_id, Mark.REPLY_DONE, time.perf_counter(), overwrite=True)
+            turn_metrics.mark(Mark.REPLY_DONE, time.perf_counter(), overwrite=True)
             metrics.set_finished(unit, out.turn_id)
             self._committed.discard(out.turn_id)
             self._started.discard(out.turn_id)

@@ -40,13 +40,14 @@ from engine.audio.base import AudioBlock, AudioSource
 from engine.backends.base import Backend
 from engine.config import EngineConfig
 from engine.pipeline.control import CancelReason, TurnControl, EventHold
-from engine.errors import ParleyError, describe_failure, is_out_of_memory, release_cached_memory
+from engine.errors import ParleyError, is_out_of_memory
+from engine.runtime.failures import describe_failure, release_cached_memory
 from engine.pipeline.events import EngineError, Event, EventHub, TurnCancelled
 from engine.pipeline.messages import PLAIN_REPLY, EndOfStream, Message, SpeechSegment, TextChunk, Transcript
 from engine.pipeline.metrics import Metrics
-from engine.runtime.compute_gate import Urgency, get_compute_gate
+from engine.runtime.compute_gate import UnitCompute, Urgency
 from engine.runtime.mlx_lock import waited_by_this_thread
-from engine.stages.end_of_turn.policy import EndOfTurnPolicy
+from engine.pipeline.end_of_turn import EndOfTurnQuestions
 
 log = logging.getLogger("parley.stage")
 
@@ -67,21 +68,23 @@ class StageContext:
     ``config`` is the unit's current settings: stages read it per message, so a runtime
     change (``PipelineUnit.apply``) takes effect at the next message without a restart.
     ``end_of_turn`` is the unit's end-of-turn policy (silence or learned: the board, the
-    scorers and the decision); this one has no audio model, so nothing commits early, and
-    the pipeline unit replaces it with one built on the shared models before it starts.
+    scorers and the decision), of which the stages ask ``EndOfTurnQuestions``; whoever
+    builds the context builds it (the pipeline unit, on the shared models).
+    ``compute`` is the unit's handle on the CPU's compute gate: its stages' model calls
+    hold it, and declare the unit's urgency with it.
     """
 
     def __init__(self, unit: int, control: TurnControl, metrics: Metrics, events: EventHub,
-                 config: EngineConfig) -> None:
+                 config: EngineConfig, *, end_of_turn: EndOfTurnQuestions) -> None:
         self.unit = unit
+        self.compute = UnitCompute(unit)
         self.control = control
         self.metrics = metrics
         self.events = events
         self.config = config  # replaced whole (one reference write), never mutated
         self.stopping = threading.Event()
         self.held = EventHold(control, self._release)
-        self.end_of_turn = EndOfTurnPolicy(unit, lambda: self.config, self.held.committed,
-                                           control.is_stale)
+        self.end_of_turn = end_of_turn
         #: How replies are made where a client's session differs from the settings (its
         #: tools, text-only replies); a typed turn's own ``ReplyRequest`` overrides it.
         self.reply = PLAIN_REPLY
@@ -114,7 +117,9 @@ class _StageThread(Generic[ModelT]):
         self.ctx = ctx
         self.model: ModelT = model
         self.downstream: Stage[Any] | None = None
-        self._thread = threading.Thread(target=self._run, name=f"parley-u{ctx.unit}-{name}",
+        # The name is for people reading thread dumps; the unit of the work done in it is
+        # ``ctx.compute`` (``_work``).
+        self._thread = threading.Thread(target=self._work, name=f"parley-u{ctx.unit}-{name}",
                                         daemon=True)
         self._blocked_s = 0.0
         self._next_model: tuple[ModelT, threading.Event] | None = None
@@ -192,14 +197,14 @@ class _StageThread(Generic[ModelT]):
         whether the call may run: False only when ``give_up`` became true while waiting.
         ``urgency``: the call's own, where it is not the unit's."""
         if self._computes_on_cpu:
-            return get_compute_gate().hold(self.ctx.unit, urgency, give_up)
+            return self.ctx.compute.hold(urgency, give_up)
         return nullcontext(True)
 
     def computed(self, steps: Iterator[T]) -> Iterator[T]:
         """``steps`` (a model's stream: LLM tokens, TTS chunks), each computed holding the
         compute gate where the model computes on the CPU."""
         if self._computes_on_cpu:
-            return get_compute_gate().steps(steps, self.ctx.unit)
+            return self.ctx.compute.steps(steps)
         return steps
 
     @property
@@ -226,6 +231,12 @@ class _StageThread(Generic[ModelT]):
     def queue_depth(self) -> tuple[int, int]:
         """What waits for this stage now, and how much may wait: (depth, capacity)."""
         raise NotImplementedError
+
+    def _work(self) -> None:
+        """The thread's body: ``_run``, working for the stage's unit (the model locks label
+        the holds of its backends' calls with it)."""
+        with self.ctx.compute.working():
+            self._run()
 
     def _run(self) -> None:
         raise NotImplementedError

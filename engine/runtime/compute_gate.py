@@ -12,7 +12,8 @@ score) holds the gate. A free place goes to the waiting call whose unit is most 
 (``Urgency``), then whose unit declared it earliest (its user stopped speaking first),
 then the one that came first. The stages declare their unit's urgency as its turn moves
 on (``set_urgency``); a call may name its own (live transcription is always
-``LISTENING``, whatever the unit is at). A unit's chain (STT, then the LLM's tokens, then
+``LISTENING``, whatever the unit is at). A unit's stages reach the gate through its
+``UnitCompute``, the handle bound to the unit's number. A unit's chain (STT, then the LLM's tokens, then
 TTS) hands the CPU from call to call: for ``HANDOFF_S`` after a call ends, only the
 same unit or a more urgent one may take its place, so an equally urgent but later unit
 cannot slip in between two tokens. An uncontended hold costs a few microseconds; a
@@ -33,11 +34,11 @@ import os
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
-from engine.runtime.mlx_lock import add_wait_of_this_thread, unit_of_current_thread
+from engine.runtime.mlx_lock import add_wait_of_this_thread, working_for
 
 T = TypeVar("T")
 
@@ -146,8 +147,9 @@ class ComputeGate:
     @contextmanager
     def hold(self, unit: int | None = None, urgency: Urgency | None = None,
              give_up: Callable[[], bool] | None = None) -> Iterator[bool]:
-        """Hold a place for one model call of ``unit`` (default: the calling stage
-        thread's unit), as urgent as the unit is, or as ``urgency`` where given; yields
+        """Hold a place for one model call of ``unit`` (None: no unit's, an HTTP request;
+        a unit's calls go through its ``UnitCompute``), as urgent as the unit is, or as
+        ``urgency`` where given; yields
         True. ``give_up``: asked while waiting; once it is true the wait ends without the
         place and this yields False (work that went stale in the queue, such as a
         partial transcription the final one replaced, must not hold up its stage). The
@@ -160,8 +162,6 @@ class ComputeGate:
             finally:
                 self._depth.n -= 1
             return
-        if unit is None:
-            unit = unit_of_current_thread()
         if not self._acquire(_Waiter(unit, urgency, self._clock()), give_up):
             yield False
             return
@@ -250,6 +250,43 @@ class ComputeGate:
     def _first(self) -> int:
         """The waiting ticket served next: the best ``_rank``."""
         return min(self._waiting, key=lambda ticket: self._rank(ticket, self._waiting[ticket]))
+
+
+@dataclass(frozen=True, slots=True)
+class UnitCompute:
+    """One pipeline unit's handle on the CPU's compute gate, owned by its ``StageContext``:
+    its calls wait as urgently as the unit declared (``set_urgency``), whichever thread
+    makes them. The gate is the process's at each call (``set_compute_gate``)."""
+
+    unit: int
+
+    def hold(self, urgency: Urgency | None = None,
+             give_up: Callable[[], bool] | None = None) -> AbstractContextManager[bool]:
+        """``ComputeGate.hold`` for one model call of this unit."""
+        return get_compute_gate().hold(self.unit, urgency, give_up)
+
+    def steps(self, iterator: Iterator[T]) -> Iterator[T]:
+        """``ComputeGate.steps`` for this unit's stream (LLM tokens, TTS chunks)."""
+        return get_compute_gate().steps(iterator, self.unit)
+
+    def set_urgency(self, urgency: Urgency, since: float | None = None) -> None:
+        """This unit's work is now this urgent (``ComputeGate.set_urgency``)."""
+        get_compute_gate().set_urgency(self.unit, urgency, since)
+
+    @property
+    def urgency(self) -> Urgency:
+        """What this unit declared last (``Urgency.REPLY`` before anything)."""
+        return get_compute_gate().urgency(self.unit)
+
+    def others_ahead(self) -> bool:
+        """Whether another, more urgent unit computes or waits to (``ComputeGate.others_ahead``)."""
+        return get_compute_gate().others_ahead(self.unit)
+
+    def working(self) -> AbstractContextManager[None]:
+        """Run this unit's work inside: the model locks label the holds of code that does
+        not name its unit with this one (``mlx_lock.working_for``: a backend's model call
+        is not given the unit, which would widen every backend's signature)."""
+        return working_for(self.unit)
 
 
 _UNDECLARED = _Standing(Urgency.REPLY, math.inf)

@@ -4,9 +4,9 @@ Discovery imports torch and mlx only if they are installed, and only when asked:
 MLX-only stack never imports torch just to list devices.
 
 ``remote`` is a device too: an OpenAI-compatible server a stage's ``base_url`` names.
-``discover_remote`` probes the endpoints a config names (reachable? the model listed?),
-with a short timeout; an endpoint that fails is reported unavailable with the reason,
-like an absent GPU.
+``engine.backends.remote_probe.discover_remote`` probes the endpoints a config names
+(the backends sit above this module), reporting an endpoint that fails as unavailable
+with the reason, like an absent GPU.
 """
 
 from __future__ import annotations
@@ -169,15 +169,6 @@ def _mlx_info() -> DeviceInfo:
 def discover_devices() -> list[DeviceInfo]:
     """Every local device kind Parley knows, present or not, in a stable order."""
     return [_cpu_info(), *_cuda_infos(), _mps_info(), _mlx_info()]
-
-
-def discover_remote(config) -> list[DeviceInfo]:
-    """One ``remote`` DeviceInfo per stage of ``config`` (an EngineConfig) whose
-    ``base_url`` is set, probed now (in parallel, a few seconds at most): available when
-    the server answers ``/models`` and lists the stage's model."""
-    from engine.backends.remote_probe import discover_endpoints
-
-    return discover_endpoints(config)
 
 
 def check_placement(stage: str, device: Device, supported: tuple[str, ...], backend: str,

@@ -24,19 +24,22 @@ use, and ``set_mlx_lock()`` injects another (tests, or an engine with its own).
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from engine.errors import ParleyError
 from engine.runtime.stats import percentile
 
 log = logging.getLogger(__name__)
-_UNIT_THREAD = re.compile(r"^parley-u(\d+)-")  # engine/pipeline/stage.py names threads parley-u<N>-<stage>
+# The pipeline unit whose work the running code does (``working_for``): a context variable,
+# not a parameter, so that a backend labels its holds without every model call taking it.
+_working_unit: ContextVar[int | None] = ContextVar("parley_working_unit", default=None)
 
 
 class MlxLockTimeout(ParleyError):
@@ -236,7 +239,8 @@ class MlxLock:
 
     # ------------------------------------------------------------------ locking
     def hold(self, stage: str, unit: int | None = None, timeout: float | None = None) -> _Hold:
-        """A context manager holding the lock for ``stage`` of pipeline ``unit``.
+        """A context manager holding the lock for ``stage`` of pipeline ``unit`` (None:
+        the unit whose work the caller does, ``working_for``, if any).
 
         ``timeout`` (seconds, None: wait forever) raises MlxLockTimeout naming the holder.
         """
@@ -248,6 +252,8 @@ class MlxLock:
         if self._owner == me:
             self._depth += 1
             return
+        if unit is None:
+            unit = _working_unit.get()
         mutex = self._mutex
         if mutex.acquire(False):
             now = self._clock()
@@ -469,10 +475,18 @@ def held_by_current_thread() -> bool:
     return any(lock.held_by_current_thread() for lock in locks)
 
 
-def unit_of_current_thread() -> int | None:
-    """The pipeline unit of the calling stage thread (``parley-u<N>-...``), else None.
+def working_unit() -> int | None:
+    """The pipeline unit whose work the calling code does (``working_for``), else None."""
+    return _working_unit.get()
 
-    Lets a backend label its holds by unit when the stage did not pass one.
-    """
-    match = _UNIT_THREAD.match(threading.current_thread().name)
-    return int(match.group(1)) if match else None
+
+@contextmanager
+def working_for(unit: int) -> Iterator[None]:
+    """Code run inside works for pipeline ``unit``: the holds of every ``MlxLock`` that do
+    not name a unit are labelled with it. A stage's worker runs its unit's work inside
+    this; a new thread starts outside any unit."""
+    token = _working_unit.set(unit)
+    try:
+        yield
+    finally:
+        _working_unit.reset(token)

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from engine.audio.base import AudioSink, AudioSource
 from engine.backends.base import Backend
 from engine.engine import Engine
-from engine.pipeline.metrics import Mark, TurnRecord
+from engine.measures import Mark
+from engine.pipeline.metrics import TurnRecord
 from engine.runtime.mlx_lock import MlxLock, get_mlx_lock
-from engine.units.unit import PipelineUnit
 from engine.server.waiting_room import WaitingRoom
+from engine.units.unit import PipelineUnit
 
 log = logging.getLogger("parley.server")
 

@@ -45,12 +45,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from engine.audio.base import InputMarker
 from engine.config import EndOfTurn, EngineConfig
 from engine.errors import ConfigError
+from engine.measures import Figure, Mark
 from engine.pipeline.chat_history import ChatHistory, ItemKind
 from engine.pipeline.control import CancelReason
 from engine.pipeline.events import (EngineError, Event, FinalTranscript, PartialTranscript, ReplyText,
                                     ToolCallsMade, TurnCancelled, TurnFinished, UserSpeaking)
 from engine.pipeline.messages import PLAIN_REPLY, ReplyRequest
-from engine.pipeline.metrics import Figure, Mark, Metrics
+from engine.pipeline.metrics import Metrics
 from engine.report import figure_json, turn_dict
 from engine.server import wire
 from engine.server.items import Conversation, HistoryKey, client_item
@@ -60,6 +61,7 @@ from engine.server.response_create import ResponseSpec, response_spec
 from engine.server.responses import Response, Responses
 from engine.server.server_settings import ServerSettings
 from engine.server.session_update import Capabilities, SessionChange, session_change
+from engine.server.user_turns import UserTurns
 from engine.server.validation import INVALID_VALUE, ClientError, expect
 
 if TYPE_CHECKING:
@@ -131,10 +133,7 @@ class RealtimeSession:
         self._unit_number = -1
         self._parley: dict = {}
         self._markers: deque[tuple[InputMarker, str | None]] = deque()
-        self._speaking: int | None = None  # the turn the VAD is in (speech not yet committed)
-        self._clearing: int | None = None  # a turn a client clear is throwing away
-        self._items: dict[int, str] = {}  # turn -> user item id
-        self._partial_sent: dict[int, str] = {}  # turn -> transcript deltas sent so far
+        self._turns = UserTurns()  # each user turn's item and transcription state
         self._fresh_items = 0  # client items added since the last response.create
         self._waiting: deque[tuple[ResponseSpec, str | None]] = deque()
         self._tasks: set[asyncio.Task] = set()
@@ -464,14 +463,15 @@ class RealtimeSession:
             return
         kind, event_id = self._markers.popleft()
         if kind is InputMarker.COMMIT:
-            if self._speaking is None:
+            if not self._turns.speaking:
                 if self._claims_ahead:
                     self._claims_ahead -= 1
                 self.error("input_audio_buffer_commit_empty", "no speech was heard since the "
                            "last commit: nothing to commit", None, event_id)
             return  # the VAD now ends the turn: UserSpeaking(ended) follows
-        if self._speaking is not None:
-            self._clearing = self._speaking
+        current = self._turns.current
+        if current is not None and current.speaking:
+            current.clearing = True
         self._send(wire.event("input_audio_buffer.cleared"))
 
     def on_audio(self, turn: int, b64: str) -> None:
@@ -557,25 +557,26 @@ class RealtimeSession:
         return max(0, round((t - t_first) * 1000))
 
     def _speech_started(self, turn: int) -> None:
-        resumed = turn in self._items
-        self._speaking = turn
-        if resumed:
-            return  # speech resumed inside the grace: the same turn and item go on
-        self._items[turn] = wire.new_id("item")
-        if len(self._items) > 64:
-            for old in sorted(self._items)[:-32]:
-                del self._items[old]
+        resumed = self._turns.get(turn)
+        if resumed is not None:  # speech resumed inside the grace: the same turn and item go on
+            resumed.speaking = True
+            self._turns.current = resumed
+            return
+        user = self._turns.start(turn)
         if not self._manual:
-            self._send(wire.event("input_audio_buffer.speech_started", item_id=self._items[turn],
+            self._send(wire.event("input_audio_buffer.speech_started", item_id=user.item_id,
                                   audio_start_ms=self._audio_ms(turn, Mark.SPEECH_START)))
 
     def _speech_ended(self, turn: int) -> None:
-        self._speaking = None
-        if self._clearing == turn:
-            self._clearing = None
-            self._items.pop(turn, None)
+        if self._turns.current is not None:  # the VAD is in no turn now
+            self._turns.current.speaking = False
+        user = self._turns.get(turn)
+        if user is not None and user.clearing:
+            self._turns.drop(turn)
             return
-        item_id = self._items.setdefault(turn, wire.new_id("item"))
+        if user is None:
+            user = self._turns.start(turn, speaking=False)
+        item_id = user.item_id
         if not self._manual:
             self._send(wire.event("input_audio_buffer.speech_stopped", item_id=item_id,
                                   audio_end_ms=self._audio_ms(turn, Mark.SPEECH_END)))
@@ -591,23 +592,23 @@ class RealtimeSession:
             response.claimed = True
 
     def _partial(self, event: PartialTranscript) -> None:
-        item_id = self._items.get(event.turn_id)
-        if event.turn_id not in self._partial_sent and len(self._partial_sent) >= 16:
-            self._partial_sent.clear()  # turns that never got a final transcript
-        sent = self._partial_sent.get(event.turn_id, "")
-        stable = event.stable
-        # Deltas only ever append: send the newly confirmed words, never a guess.
-        if item_id is None or not stable.startswith(sent) or len(stable) <= len(sent):
+        user = self._turns.get(event.turn_id)
+        if user is None:
             return
-        self._partial_sent[event.turn_id] = stable
-        self._send(wire.event("conversation.item.input_audio_transcription.delta", item_id=item_id,
-                              content_index=0, delta=stable[len(sent):]))
+        sent, stable = user.transcript_sent, event.stable
+        # Deltas only ever append: send the newly confirmed words, never a guess.
+        if not stable.startswith(sent) or len(stable) <= len(sent):
+            return
+        user.transcript_sent = stable
+        self._send(wire.event("conversation.item.input_audio_transcription.delta",
+                              item_id=user.item_id, content_index=0, delta=stable[len(sent):]))
 
     def _final(self, event: FinalTranscript) -> None:
-        item_id = self._items.get(event.turn_id)
-        self._partial_sent.pop(event.turn_id, None)
-        if item_id is None:
+        user = self._turns.get(event.turn_id)
+        if user is None:
             return
+        user.transcript_sent = ""
+        item_id = user.item_id
         record = self._metrics.turn(self._unit_number, event.turn_id) if self._metrics else None
         marks = record.marks if record else {}
         seconds = (marks[Mark.SPEECH_END] - marks[Mark.SPEECH_START]
@@ -622,10 +623,9 @@ class RealtimeSession:
 
     def _cancelled(self, event: TurnCancelled) -> None:
         if event.reason == CancelReason.CLEARED:
-            item_id = self._items.pop(event.turn_id, None)
-            self._partial_sent.pop(event.turn_id, None)
-            if item_id is not None and item_id in self.conversation:
-                self.conversation.remove(item_id)
+            user = self._turns.drop(event.turn_id)
+            if user is not None and user.item_id in self.conversation:
+                self.conversation.remove(user.item_id)
             return
         if event.reason != CancelReason.BARGE_IN:
             return  # a reopened turn goes on as the same item; its response is not made yet

@@ -9,17 +9,17 @@ import time
 from collections.abc import Iterator
 
 from engine.backends.base import ChatMessage, GenerationOptions, LlmModel, LlmSession, LlmStep
-from engine.errors import describe_failure
+from engine.runtime.failures import describe_failure
 from engine.backends.languages import reply_instruction
 from engine.stages.chunker import ClauseChunker
 from engine.backends.llm.text_stream import ThinkFilter
+from engine.measures import Figure, Mark
 from engine.pipeline.chat_history import ChatHistory, SummaryWork
 from engine.pipeline.control import CancelReason
 from engine.pipeline.events import EngineError, HistorySummarized, ReplyText, ToolCallsMade
 from engine.pipeline.messages import Message, ReplyRequest, TextChunk, Transcript
-from engine.pipeline.metrics import Figure, Mark
 from engine.pipeline.stage import Stage, StageContext
-from engine.runtime.compute_gate import Urgency, get_compute_gate
+from engine.runtime.compute_gate import Urgency
 from engine.stages.end_of_turn.speculation import SpeculationBudget, speculation_limit
 from engine.stages.summary import NOTE_TOKENS, clean_note, grow_summary, note_messages
 
@@ -113,8 +113,9 @@ class LlmStage(Stage[LlmModel]):
         if not request.answer:  # the words are only heard (Parley's MCP ``listen``)
             yield TextChunk(msg.turn_id, msg.generation, "", True, False)
             return
-        unit, metrics, control = self.ctx.unit, self.ctx.metrics, self.ctx.control
+        unit, control = self.ctx.unit, self.ctx.control
         turn, gen = msg.turn_id, msg.generation
+        turn_metrics = self.ctx.metrics.for_turn(unit, turn, gen)
         self._last_turn = turn
         config = self.ctx.config.llm  # one settings snapshot for the whole reply
         if msg.text and self.ctx.end_of_turn.wants_text(turn, self.model):
@@ -122,9 +123,8 @@ class LlmStage(Stage[LlmModel]):
             self._score_turn_end(turn, gen, (msg.text, *msg.other_readings))
             waited = self.lock_waits_so_far() - waited
             # On the critical path (the reply starts after it): its own part of the budget.
-            metrics.figure(unit, turn, Figure.EOT_TEXT_S,
-                           max(0.0, time.perf_counter() - scored - waited), generation=gen)
-            metrics.figure(unit, turn, Figure.EOT_TEXT_LOCK_WAIT_S, waited, generation=gen)
+            turn_metrics.figure(Figure.EOT_TEXT_S, max(0.0, time.perf_counter() - scored - waited))
+            turn_metrics.figure(Figure.EOT_TEXT_LOCK_WAIT_S, waited)
         if not self._may_request(turn, gen):
             return  # the revision was dropped (or the unit stops) before its commit
         options = dataclasses.replace(
@@ -134,8 +134,8 @@ class LlmStage(Stage[LlmModel]):
             max_new_tokens=request.max_new_tokens or config.max_new_tokens)
         start = time.perf_counter()
         waited = self.lock_waits_so_far()
-        metrics.mark(unit, turn, Mark.LLM_START, start, True, gen)
-        metrics.figure(unit, turn, Figure.QUEUE_WAIT_S, self.queue_wait_s, True, gen)
+        turn_metrics.mark(Mark.LLM_START, start, overwrite=True)
+        turn_metrics.add(Figure.QUEUE_WAIT_S, self.queue_wait_s)
         chunker = ClauseChunker(self.ctx.config.tts.first_clause_words, msg.language)
         # Reasoning a backend passes on (a remote server's Qwen3): never shown, spoken or kept.
         thinking = ThinkFilter()
@@ -147,22 +147,18 @@ class LlmStage(Stage[LlmModel]):
         def should_stop() -> bool:
             return control.is_stale(turn, gen) or self.ctx.stopping.is_set()
 
-        def figure(name: Figure, value: float) -> None:
-            metrics.figure(unit, turn, name, value, generation=gen)
-
         def first_piece() -> None:
-            figure(Figure.LLM_FIRST_CHUNK_COMPUTE_S, time.perf_counter() - start)
-            figure(Figure.LLM_LOCK_WAIT_S, self.lock_waits_so_far() - waited)
+            turn_metrics.figure(Figure.LLM_FIRST_CHUNK_COMPUTE_S, time.perf_counter() - start)
+            turn_metrics.figure(Figure.LLM_LOCK_WAIT_S, self.lock_waits_so_far() - waited)
             if not speak:  # its text is what the user waited for (TTS marks spoken ones)
-                get_compute_gate().set_urgency(unit, Urgency.REPLY)
+                self.ctx.compute.set_urgency(Urgency.REPLY)
 
         messages = self._messages(msg, request, config)
-        figure(Figure.LLM_HISTORY_TURNS, max(0, sum(m["role"] == "user" for m in messages) - 1))
+        turn_metrics.figure(Figure.LLM_HISTORY_TURNS, max(0, sum(m["role"] == "user" for m in messages) - 1))
         for step in self.computed(self.session.generate(messages, options, should_stop)):
             if step.tokens == 1:
-                metrics.mark(unit, turn, Mark.LLM_FIRST_TOKEN, time.perf_counter(), True, gen)
-                metrics.figure_once(unit, turn, Figure.LLM_FIRST_TOKEN_S,
-                                    time.perf_counter() - start, gen)
+                turn_metrics.mark(Mark.LLM_FIRST_TOKEN, time.perf_counter(), overwrite=True)
+                turn_metrics.figure_once(Figure.LLM_FIRST_TOKEN_S, time.perf_counter() - start)
             for piece in chunker.feed(thinking.feed(step.text)):
                 if first:
                     first_piece()
@@ -172,16 +168,15 @@ class LlmStage(Stage[LlmModel]):
             if chunker.sentences >= config.max_sentences:
                 break
         if step is not None:
-            figure(Figure.LLM_TOKENS, step.tokens)
-            figure(Figure.LLM_TOKENS_PER_S, step.tokens_per_second)
-            figure(Figure.LLM_PROMPT_TOKENS, step.prompt_tokens)
+            turn_metrics.figure(Figure.LLM_TOKENS, step.tokens)
+            turn_metrics.figure(Figure.LLM_TOKENS_PER_S, step.tokens_per_second)
+            turn_metrics.figure(Figure.LLM_PROMPT_TOKENS, step.prompt_tokens)
         if step is not None or not should_stop():  # a call stopped before it began sent nothing
             self._count_request(turn, gen, step)
-        for name, value in self.session.figures.items():  # a remote model's network share
-            figure(name, value)
+        turn_metrics.figures(self.session.figures)  # a remote model's network share
         if should_stop():
             # Cut off (barge-in, reopened turn, shutdown): record where it stopped.
-            metrics.mark(unit, turn, Mark.LLM_STOPPED, time.perf_counter(), True, gen)
+            turn_metrics.mark(Mark.LLM_STOPPED, time.perf_counter(), overwrite=True)
             reason = control.cut_reason(turn, gen)
             if request.record and msg.text and reason is not None:
                 self.chat_history.keep_cut_off(turn, msg.text, reason)
@@ -246,9 +241,9 @@ class LlmStage(Stage[LlmModel]):
         self._spent[turn] = totals = (requests + 1, prompt, completion)
         for stale in sorted(self._spent)[:-16]:  # only the turns in flight matter
             del self._spent[stale]
-        for name, value in zip((Figure.LLM_REQUESTS, Figure.LLM_TURN_PROMPT_TOKENS,
-                                Figure.LLM_TURN_COMPLETION_TOKENS), totals):
-            self.ctx.metrics.figure(self.ctx.unit, turn, name, value, generation=gen)
+        self.ctx.metrics.for_turn(self.ctx.unit, turn, gen).figures(dict(zip(
+            (Figure.LLM_REQUESTS, Figure.LLM_TURN_PROMPT_TOKENS, Figure.LLM_TURN_COMPLETION_TOKENS),
+            totals)))
 
     # ------------------------------------------------------------------ the history summary
     def idle(self) -> None:
@@ -285,7 +280,7 @@ class LlmStage(Stage[LlmModel]):
                     or self._pending_reset is not None or self._next_model is not None)
 
         if turn:
-            metrics.mark(unit, turn, Mark.SUMMARY_START, time.perf_counter(), overwrite=True)
+            metrics.for_turn(unit, turn).mark(Mark.SUMMARY_START, time.perf_counter(), overwrite=True)
         pieces: list[str] = []
         try:
             for step in self.computed(self._summarizer.generate(note_messages(work.items),
@@ -300,7 +295,8 @@ class LlmStage(Stage[LlmModel]):
             return
         finally:
             if turn:
-                metrics.mark(unit, turn, Mark.SUMMARY_END, time.perf_counter(), overwrite=True)
+                metrics.for_turn(unit, turn).mark(Mark.SUMMARY_END, time.perf_counter(),
+                                                  overwrite=True)
         if should_stop():
             return
         note = clean_note("".join(pieces))
@@ -332,8 +328,8 @@ class LlmStage(Stage[LlmModel]):
     def _chunk(self, turn: int, gen: int, text: str, last: bool = False,
                speak: bool = True, language: str | None = None) -> TextChunk:
         if text:
-            self.ctx.metrics.mark(self.ctx.unit, turn, Mark.TTS_FIRST_TEXT, time.perf_counter(),
-                                  generation=gen)
-            self.ctx.metrics.add_reply(self.ctx.unit, turn, text + " ", gen)
+            turn_metrics = self.ctx.metrics.for_turn(self.ctx.unit, turn, gen)
+            turn_metrics.mark(Mark.TTS_FIRST_TEXT, time.perf_counter())
+            turn_metrics.add_reply(text + " ")
             self.ctx.held.emit(turn, gen, ReplyText(self.ctx.unit, turn, text))
         return TextChunk(turn, gen, text, last, speak, language)

@@ -10,9 +10,9 @@ from dataclasses import dataclass, replace
 
 from engine.backends.base import SttModel, SttResult
 from engine.config import SttConfig
+from engine.measures import Figure, Mark
 from engine.pipeline.events import FinalTranscript, PartialTranscript
 from engine.pipeline.messages import Message, SpeechSegment, Transcript
-from engine.pipeline.metrics import Figure, Mark
 from engine.pipeline.stage import Stage, StageContext
 from engine.runtime.compute_gate import Urgency, get_compute_gate
 from engine.stages.stt_language import LanguageHold
@@ -165,7 +165,8 @@ class SttStage(Stage[SttModel]):
             self._last_partial[msg.turn_id] = result.text
             self.ctx.events.emit(PartialTranscript(unit, msg.turn_id, stable, unstable))
             return
-        metrics.mark(unit, msg.turn_id, Mark.STT_START, time.perf_counter(), True, msg.generation)
+        turn_metrics = metrics.for_turn(unit, msg.turn_id, msg.generation)
+        turn_metrics.mark(Mark.STT_START, time.perf_counter(), overwrite=True)
         waited = self.lock_waits_so_far()
         with self.computing():
             final = self._transcribe_final(msg, options, language, hold)
@@ -175,21 +176,15 @@ class SttStage(Stage[SttModel]):
             self._heard = HeardSoFar(msg.turn_id, msg.t_speech_start, msg.voiced_samples, text)
         if self.is_stale(msg):
             return
-        metrics.mark(unit, msg.turn_id, Mark.STT_DONE, time.perf_counter(), True, msg.generation)
-        metrics.figure(unit, msg.turn_id, Figure.STT_COMPUTE_S, result.compute_seconds,
-                       generation=msg.generation)
-        metrics.figure(unit, msg.turn_id, Figure.STT_RTF, result.real_time_factor,
-                       generation=msg.generation)
-        metrics.figure(unit, msg.turn_id, Figure.STT_LOCK_WAIT_S, self.lock_waits_so_far() - waited,
-                       generation=msg.generation)
-        metrics.figure(unit, msg.turn_id, Figure.QUEUE_WAIT_S, self.queue_wait_s, True,
-                       msg.generation)
-        for name, value in result.figures.items():  # a remote model's network share
-            metrics.figure(unit, msg.turn_id, name, value, generation=msg.generation)
+        turn_metrics.mark(Mark.STT_DONE, time.perf_counter(), overwrite=True)
+        turn_metrics.figure(Figure.STT_COMPUTE_S, result.compute_seconds)
+        turn_metrics.figure(Figure.STT_RTF, result.real_time_factor)
+        turn_metrics.figure(Figure.STT_LOCK_WAIT_S, self.lock_waits_so_far() - waited)
+        turn_metrics.add(Figure.QUEUE_WAIT_S, self.queue_wait_s)
+        turn_metrics.figures(result.figures)  # a remote model's network share
         if final.language_probability is not None:
-            metrics.figure(unit, msg.turn_id, Figure.STT_LANGUAGE_P, final.language_probability,
-                           generation=msg.generation)
-        metrics.set_transcript(unit, msg.turn_id, text, msg.generation, language=final.language)
+            turn_metrics.figure(Figure.STT_LANGUAGE_P, final.language_probability)
+        turn_metrics.set_transcript(text, language=final.language)
         self._last_partial.pop(msg.turn_id, None)
         final_transcript = FinalTranscript(unit, msg.turn_id, text, language=final.language,
                                            language_probability=final.language_probability)

@@ -24,12 +24,12 @@ from engine.backends.languages import language_name
 from engine.backends.tts import kokoro_ja
 from engine.backends.voices import language_voice
 from engine.errors import ParleyError
+from engine.measures import Figure, Mark
 from engine.pipeline.events import Notice
 from engine.pipeline.messages import AudioOut, Message, TextChunk
-from engine.pipeline.metrics import Figure, Mark
 from engine.stages.speech_text import speakable
 from engine.pipeline.stage import Stage, StageContext
-from engine.runtime.compute_gate import Urgency, get_compute_gate
+from engine.runtime.compute_gate import Urgency
 
 
 class TtsStage(Stage[TtsModel]):
@@ -77,7 +77,8 @@ class TtsStage(Stage[TtsModel]):
         if not isinstance(msg, TextChunk):
             yield msg
             return
-        unit, metrics, turn, gen = self.ctx.unit, self.ctx.metrics, msg.turn_id, msg.generation
+        turn, gen = msg.turn_id, msg.generation
+        turn_metrics = self.ctx.metrics.for_turn(self.ctx.unit, turn, gen)
         voice = self.voice_for(msg.language) if msg.speak else None
         text = speakable(msg.text, msg.language) if voice is not None else ""
         if text and voice is not None:
@@ -96,21 +97,19 @@ class TtsStage(Stage[TtsModel]):
                     chunk = dataclasses.replace(chunk, sample_rate=rate, audio=soxr.resample(
                         chunk.audio, chunk.sample_rate, rate).astype(np.float32, copy=False))
                 now = time.perf_counter()
-                if metrics.figure_once(unit, turn, Figure.TTS_FIRST_COMPUTE_S, now - start, gen):
-                    metrics.mark(unit, turn, Mark.TTS_FIRST_AUDIO, now, generation=gen)
-                    get_compute_gate().set_urgency(unit, Urgency.REPLY)  # someone hears it now
-                    metrics.figure(unit, turn, Figure.TTS_LOCK_WAIT_S,
-                                   self.lock_waits_so_far() - waited, generation=gen)
-                    metrics.figure(unit, turn, Figure.QUEUE_WAIT_S, self.queue_wait_s, True, gen)
-                    for name, value in chunk.figures.items():  # a remote model's network share
-                        metrics.figure(unit, turn, name, value, generation=gen)
+                if turn_metrics.figure_once(Figure.TTS_FIRST_COMPUTE_S, now - start):
+                    turn_metrics.mark(Mark.TTS_FIRST_AUDIO, now)
+                    self.ctx.compute.set_urgency(Urgency.REPLY)  # someone hears it now
+                    turn_metrics.figure(Figure.TTS_LOCK_WAIT_S, self.lock_waits_so_far() - waited)
+                    turn_metrics.add(Figure.QUEUE_WAIT_S, self.queue_wait_s)
+                    turn_metrics.figures(chunk.figures)  # a remote model's network share
                 audio_s += len(chunk.audio) / chunk.sample_rate
                 yield AudioOut(turn, gen, chunk.audio, chunk.sample_rate, False, clause)
                 if chunk.audio.size:
                     clause = ""
             if audio_s:
-                metrics.figure(unit, turn, Figure.TTS_COMPUTE_S, time.perf_counter() - start, True, gen)
-                metrics.figure(unit, turn, Figure.TTS_AUDIO_S, audio_s, True, gen)
+                turn_metrics.add(Figure.TTS_COMPUTE_S, time.perf_counter() - start)
+                turn_metrics.add(Figure.TTS_AUDIO_S, audio_s)
         if msg.last:
             yield AudioOut(turn, gen, np.zeros(0, np.float32), self.model.sample_rate, True)
 

@@ -26,14 +26,14 @@ from engine.audio.echo import EchoCanceller
 from engine.audio.health import DeviceState, HealthLog, HealthReport, SampleGuard
 from engine.backends.base import VadModel
 from engine.config import BargeIn, EngineConfig
+from engine.measures import Figure, Mark
 from engine.pipeline.control import CancelReason
+from engine.pipeline.end_of_turn import RevisionScores
 from engine.pipeline.events import AudioStatus, EngineError, TurnCancelled, UserSpeaking
 from engine.pipeline.messages import Message, SpeechSegment
-from engine.pipeline.metrics import Figure, Mark
 from engine.pipeline.playback import Playback
 from engine.pipeline.stage import SourceStage, StageContext
-from engine.runtime.compute_gate import Urgency, get_compute_gate
-from engine.stages.end_of_turn.board import TurnScores
+from engine.runtime.compute_gate import Urgency
 from engine.stages.end_of_turn.decide import AUDIO_SCORE_SILENCE_S
 from engine.stages.end_of_turn.smart_turn import WINDOW_S as SMART_TURN_WINDOW_S
 from engine.stages.turns import Committed, Partial, Reopened, SegmentEnded, Started, TurnDetector, TurnEvent
@@ -166,17 +166,17 @@ class VadStage(SourceStage[VadModel]):
                            self.detector.audio_so_far(last_s=SMART_TURN_WINDOW_S))
 
     def _record_end_of_turn(self, turn: int, generation: int, early: bool) -> None:
-        metrics, unit = self.ctx.metrics, self.ctx.unit
+        turn_metrics = self.ctx.metrics.for_turn(self.ctx.unit, turn)
         scores = self.ctx.end_of_turn.scores(turn, generation)
         for figure, value in ((Figure.EOT_AUDIO_P, scores.audio), (Figure.EOT_TEXT_P, scores.text),
                               (Figure.EOT_SCORE, scores.combined)):
             if value is not None:
-                metrics.figure(unit, turn, figure, value)
-        metrics.figure(unit, turn, Figure.EOT_EARLY, 1.0 if early else 0.0)
+                turn_metrics.figure(figure, value)
+        turn_metrics.figure(Figure.EOT_EARLY, 1.0 if early else 0.0)
         self._log_revision("committed early" if early else "committed at the grace's end", scores)
         self.ctx.end_of_turn.forget(turn)
 
-    def _log_revision(self, outcome: str, scores: TurnScores) -> None:
+    def _log_revision(self, outcome: str, scores: RevisionScores) -> None:
         """One speculative revision's signals and what became of it, as a debug record
         (``record.end_of_turn``) that ``parley-cli bench turn-taking`` collects."""
         log.debug("end of turn: %s (audio %s, text %s)", outcome, scores.audio, scores.text,
@@ -243,9 +243,9 @@ class VadStage(SourceStage[VadModel]):
             if not event.resumed:
                 self.turn_id = self._next_turn_id()
                 self._maybe_barge_in()
-                ctx.metrics.mark(unit, self.turn_id, Mark.SPEECH_START, event.t_start)
+                ctx.metrics.for_turn(unit, self.turn_id).mark(Mark.SPEECH_START, event.t_start)
             ctx.events.emit(UserSpeaking(unit, self.turn_id, True))
-            get_compute_gate().set_urgency(unit, Urgency.LISTENING)
+            ctx.compute.set_urgency(Urgency.LISTENING)
         elif isinstance(event, Partial):
             self._partial_seq += 1
             self.partials.latest = self._partial_seq
@@ -278,7 +278,7 @@ class VadStage(SourceStage[VadModel]):
             ctx.events.emit(UserSpeaking(unit, self.turn_id, False))
             if not event.speculated:
                 yield self._final(event)
-            ctx.metrics.mark(unit, self.turn_id, Mark.COMMITTED, time.perf_counter())
+            ctx.metrics.for_turn(unit, self.turn_id).mark(Mark.COMMITTED, time.perf_counter())
             learned = ctx.end_of_turn.learned
             if learned and event.speculated and not self._decided_early:
                 self._record_end_of_turn(self.turn_id, self._segment_generation, early=False)
@@ -288,12 +288,13 @@ class VadStage(SourceStage[VadModel]):
 
     def _final(self, event: SegmentEnded | Committed) -> SpeechSegment:
         ctx, unit = self.ctx, self.ctx.unit
-        ctx.metrics.mark(unit, self.turn_id, Mark.SPEECH_END, event.t_speech_end, overwrite=True)
-        ctx.metrics.mark(unit, self.turn_id, Mark.VAD_END, time.perf_counter(), overwrite=True)
+        turn_metrics = ctx.metrics.for_turn(unit, self.turn_id)
+        turn_metrics.mark(Mark.SPEECH_END, event.t_speech_end, overwrite=True)
+        turn_metrics.mark(Mark.VAD_END, time.perf_counter(), overwrite=True)
         # Any partial still queued or being decoded is now useless.
         self.partials.latest = self.partials.final = self._partial_seq + 1
         # The user waits from now on: this unit's work goes before later-ended turns'.
-        get_compute_gate().set_urgency(unit, Urgency.FIRST_AUDIO)
+        ctx.compute.set_urgency(Urgency.FIRST_AUDIO)
         return SpeechSegment(self.turn_id, ctx.control.generation, event.audio, PIPELINE_RATE,
                              True, event.t_speech_start, event.t_speech_end,
                              voiced_samples=event.voiced_samples)
@@ -320,5 +321,5 @@ class VadStage(SourceStage[VadModel]):
         self.ctx.control.cancel_all(turn, CancelReason.BARGE_IN)
         self.playback.cut()
         self.ctx.metrics.set_cancelled(self.ctx.unit, turn)
-        self.ctx.metrics.mark(self.ctx.unit, turn, Mark.BARGE_IN, time.perf_counter())
+        self.ctx.metrics.for_turn(self.ctx.unit, turn).mark(Mark.BARGE_IN, time.perf_counter())
         self.ctx.events.emit(TurnCancelled(self.ctx.unit, turn, CancelReason.BARGE_IN))

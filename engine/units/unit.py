@@ -11,11 +11,12 @@ from engine.audio.base import AudioSink, AudioSource
 from engine.audio.echo import canceller_for
 from engine.backends.base import LlmModel, StageModels, model_of
 from engine.config import EngineConfig
+from engine.measures import Mark
 from engine.pipeline.control import CancelReason, TurnControl
 from engine.pipeline.chat_history import ChatHistory
 from engine.pipeline.events import EngineError, EventHub
 from engine.pipeline.messages import PLAIN_REPLY, ReplyRequest, TextChunk, Transcript
-from engine.pipeline.metrics import Mark, Metrics, TurnKind
+from engine.pipeline.metrics import Metrics, TurnKind
 from engine.pipeline.playback import Playback
 from engine.pipeline.stage import SourceStage, Stage, StageContext
 from engine.stages.llm_stage import LlmStage
@@ -49,12 +50,14 @@ class PipelineUnit:
         self.source = source
         self.sink = sink
         self.control = TurnControl()
-        self.ctx = StageContext(unit, self.control, metrics, events, config)
-        # Built before the stages, which ask it (silence or learned, the scorers, the decision).
-        self.end_of_turn = EndOfTurnPolicy(unit, lambda: self.ctx.config, self.ctx.held.committed,
+        # Built with the context, before the stages, which ask it (silence or learned, the
+        # scorers, the decision); it reads the context's settings and held turns when asked.
+        self.end_of_turn = EndOfTurnPolicy(unit, lambda: self.ctx.config,
+                                           lambda turn: self.ctx.held.committed(turn),
                                            self.control.is_stale, audio_model=turn_model,
                                            text_model=text_model, on_error=self._turn_scorer_failed)
-        self.ctx.end_of_turn = self.end_of_turn
+        self.ctx = StageContext(unit, self.control, metrics, events, config,
+                                end_of_turn=self.end_of_turn)
         # A barged-in reply keeps, in the history, the words that were heard.
         self.chat_history = ChatHistory(heard=lambda turn: self.playback.heard_text(turn))
         self.control.on_cancel(self.chat_history.on_cancel)
@@ -146,9 +149,10 @@ class PipelineUnit:
         """A new turn, committed at once (nothing to wait for: no speech can reopen it)."""
         turn = self._typed_turn = self._next_turn_id()
         metrics, unit = self.ctx.metrics, self.unit
+        turn_metrics = metrics.for_turn(unit, turn)
         for mark in (Mark.SPEECH_START, Mark.SPEECH_END, Mark.COMMITTED):
-            metrics.mark(unit, turn, mark, now)
-        metrics.set_transcript(unit, turn, text)
+            turn_metrics.mark(mark, now)
+        turn_metrics.set_transcript(text)
         metrics.set_kind(unit, turn, TurnKind.TYPED)
         self.ctx.held.commit(turn)
         self.playback.commit(turn)

@@ -24,7 +24,7 @@ from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSource
 from engine.audio.decode import load_audio
 from engine.audio.file_sink import FileSink
 from engine.config import STAGES, EngineConfig
-from engine.pipeline.metrics import Figure
+from engine.measures import Figure
 from tests.support.audio import speech_with_gap
 from tests.support.transcripts import normalize
 

@@ -17,8 +17,9 @@ from app.conversation.view import ConversationView
 from app.window.main_window import MainWindow
 from app.conversation.stop_talking import playing_turn, reply_playing
 from engine.config import EngineConfig
+from engine.measures import Figure, Mark
 from engine.pipeline.events import FinalTranscript, ReplyText, TurnCancelled, UserSpeaking
-from engine.pipeline.metrics import Figure, Mark, Metrics
+from engine.pipeline.metrics import Metrics
 from tests.support.gui import snapshot_from
 
 

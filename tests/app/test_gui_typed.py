@@ -33,9 +33,10 @@ from engine.audio.file_sink import FileSink
 from engine.backends.base import ToolCall
 from engine.config import EngineConfig
 from engine.engine import Engine
+from engine.measures import Figure, Mark
 from engine.pipeline.events import (HistorySummarized, ReplyText, ToolCallFinished, ToolCallStarted,
                                     TurnFinished)
-from engine.pipeline.metrics import Figure, Mark, Metrics, TurnKind
+from engine.pipeline.metrics import Metrics, TurnKind
 from engine.models.model_registry import ModelRegistry
 from tests.support.chat_server import ChatServer
 from tests.support.gui import snapshot_from

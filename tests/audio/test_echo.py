@@ -565,8 +565,8 @@ def test_without_cancellation_the_echo_barges_in(registry, jfk):
 
 @pytest.mark.slow
 def test_with_cancellation_the_whole_reply_plays(registry, jfk):
+    from engine.measures import Figure
     from engine.pipeline.events import TurnCancelled
-    from engine.pipeline.metrics import Figure
 
     question = jfk[:int(7.8 * RATE)]
     turns, rec, sink, _source, canceller = run_room(

@@ -21,7 +21,7 @@ import soundfile as sf
 from engine.audio.decode import load_audio
 from engine.config import EngineConfig
 from engine.errors import DeviceError
-from engine.pipeline.metrics import Figure
+from engine.measures import Figure
 from engine.models.model_registry import ModelRegistry
 from engine.recording import load_engine, run_recording
 from tests.support.remote import FaultProxy, wait_http

@@ -22,12 +22,13 @@ from engine.audio.decode import load_audio
 from engine.backends.base import GenerationOptions, LoadRequest
 from engine.backends.remote import RemoteError
 from engine.config import EngineConfig, LlmConfig
-from engine.runtime.devices import Device, discover_remote
+from engine.backends.remote_probe import discover_remote
+from engine.runtime.devices import Device
 from engine.errors import DeviceError, ModelError
-from engine.pipeline.metrics import Figure
-from engine.models.model_registry import ModelRegistry
+from engine.measures import Figure
 from engine.recording import load_engine, run_recording
 from engine.report import placement_dict, turn_dict
+from engine.models.model_registry import ModelRegistry
 from tests.support.audio import speech_with_gap
 from tests.support.cli import run_cli
 from tests.support.remote import FaultProxy, MlxServer

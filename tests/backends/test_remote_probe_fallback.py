@@ -13,9 +13,8 @@ import json
 
 import pytest
 
-from engine.backends.remote_probe import probe_stage
+from engine.backends.remote_probe import discover_remote, probe_stage
 from engine.config import EngineConfig
-from engine.runtime.devices import discover_remote
 from tests.support.loopback import LoopbackServer
 
 

@@ -12,12 +12,9 @@ import pytest
 from engine.backends.base import LoadRequest, no_progress
 from engine.config import EngineConfig, SttConfig
 from engine.errors import ConfigError
-from engine.pipeline.control import TurnControl
-from engine.pipeline.events import EventHub
 from engine.pipeline.messages import SpeechSegment, Transcript
-from engine.pipeline.metrics import Metrics
-from engine.pipeline.stage import StageContext
 from engine.runtime.devices import Device
+from tests.support.stage_harness import run_stage, stage_context
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("espeak-ng") is None,
@@ -81,13 +78,13 @@ def test_the_stage_transcript_carries_the_detected_language(base_stt):
     from engine.stages.vad_stage import PartialSequence
 
     config = EngineConfig().with_overrides({"stt.language": "auto"})
-    ctx = StageContext(0, TurnControl(), Metrics(), EventHub(), config)
+    ctx = stage_context(config=config)
     stage = SttStage(ctx, base_stt, PartialSequence())
     audio = speech("fr")
-    ctx.held.commit(1)
     msg = SpeechSegment(1, ctx.control.generation, audio, 16000, True, 0.0, audio.size / 16000,
                         voiced_samples=audio.size)
-    transcript = next(m for m in stage.process(msg) if isinstance(m, Transcript))
+    out, _events = run_stage(stage, [msg], commit=True)
+    transcript = next(m for m in out if isinstance(m, Transcript))
     assert transcript.language == "fr" and "café" in transcript.text.lower()
     assert transcript.language_probability is not None and transcript.language_probability > 0.5
     record = ctx.metrics.turn(0, 1)

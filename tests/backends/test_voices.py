@@ -16,9 +16,9 @@ from engine.audio.file_sink import FileSink
 from engine.config import EngineConfig
 from engine.engine import Engine
 from engine.errors import ConfigError, MissingDependencyError, ParleyError
+from engine.measures import Figure
 from engine.pipeline.events import TurnFinished
 from engine.runtime.hub import HubStatus
-from engine.pipeline.metrics import Figure
 from engine.models.model_registry import ModelRegistry
 from tests.support.audio import rms
 from tests.support.sources import Quiet

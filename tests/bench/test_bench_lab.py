@@ -12,8 +12,8 @@ from engine.bench.layouts import Layout, parse_layouts
 from engine.cli.main import main
 from engine.config import EngineConfig
 from engine.errors import ConfigError, DeviceError
+from engine.measures import Figure
 from engine.pipeline.critical_path import Segment
-from engine.pipeline.metrics import Figure
 from engine.report import BENCH_FIGURES
 from tests.support.cli import run_cli
 from tests.support.paths import ROOT

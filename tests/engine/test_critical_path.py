@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from engine.measures import Figure, Mark
 from engine.pipeline.critical_path import Segment, critical_path, median_path, median_turn
-from engine.pipeline.metrics import Figure, Mark, Metrics
+from engine.pipeline.metrics import Metrics
 from engine.report import format_budget, turn_dict
 
 S = Segment

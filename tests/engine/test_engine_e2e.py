@@ -13,9 +13,9 @@ from engine.audio.file_sink import FileSink
 from engine.audio.file_source import FileSource
 from engine.config import EngineConfig
 from engine.engine import Engine
+from engine.measures import Figure
 from engine.pipeline.events import EngineError, FinalTranscript
 from engine.runtime.hub import HubStatus
-from engine.pipeline.metrics import Figure
 from engine.models.model_registry import ModelRegistry
 from tests.support.audio import speech_with_gap
 from tests.support.sources import Quiet

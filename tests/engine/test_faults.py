@@ -32,16 +32,14 @@ from engine.audio.health import RETRY_S, STALL_S, DeviceState
 from engine.audio.mic import MicSource
 from engine.audio.speaker import SpeakerSink
 from engine.config import EngineConfig
-from engine.pipeline.control import TurnControl
 from engine.pipeline.control import CancelReason
 from engine.engine import Engine, EngineState
-from engine.errors import (ModelError, ModelLoadError, ParleyError, describe_failure, is_out_of_memory,
-                           memory_figures)
-from engine.pipeline.events import (AudioStatus, EngineError, EventHub, FinalTranscript,
-                                    TurnCancelled, TurnFinished, UserSpeaking)
+from engine.errors import ModelError, ParleyError, is_out_of_memory
+from engine.runtime.failures import ModelLoadError, describe_failure, memory_figures
+from engine.pipeline.events import (AudioStatus, EngineError, FinalTranscript, TurnCancelled,
+                                    TurnFinished, UserSpeaking)
 from engine.runtime.hub import HubStatus
 from engine.pipeline.messages import Message, SpeechSegment, TextChunk
-from engine.pipeline.metrics import Metrics
 from engine.models.model_registry import ModelRegistry
 from engine.report import turn_dict
 from engine.pipeline.stage import SourceStage, Stage, StageContext
@@ -50,6 +48,7 @@ from tests.support.fake_sound import FakeSoundDevice, install_fake_sound
 from tests.support.faults import (FaultyLlm, FaultyModel, FaultyRegistry, FaultyVad, ctranslate2_oom,
                                   cuda_oom, injected, onnx_oom)
 from tests.support.gui import panel_devices
+from tests.support.stage_harness import stage_context
 from tests.support.threads import parley_threads, wait_for
 from tests.support.transcripts import normalize, normalize_spelled
 
@@ -142,7 +141,7 @@ class FailOn(Stage):
 
 @pytest.fixture
 def pipeline():
-    ctx = StageContext(0, TurnControl(), Metrics(), EventHub(), EngineConfig())
+    ctx = stage_context()
     events = Events()
     ctx.events.subscribe(events)
     fail, collect = FailOn(ctx), Collect(ctx)
@@ -204,7 +203,7 @@ def test_a_failure_on_a_partial_segment_does_not_end_the_turn(pipeline):
 
 
 def test_a_source_stage_failing_on_every_block_reports_once_not_per_block():
-    ctx = StageContext(0, TurnControl(), Metrics(), EventHub(), EngineConfig())
+    ctx = stage_context()
     events = Events()
     ctx.events.subscribe(events)
 

@@ -13,9 +13,9 @@ from engine.audio.file_sink import FileSink
 from engine.config import EngineConfig
 from engine.config_diff import Effect
 from engine.engine import Engine
+from engine.measures import Figure, Mark
 from engine.pipeline.events import ReplyText, TurnFinished
 from engine.pipeline.messages import ReplyRequest
-from engine.pipeline.metrics import Figure, Mark
 from engine.runtime.hub import HubStatus
 from tests.support.sources import Quiet
 

@@ -17,9 +17,9 @@ import pytest
 from engine.audio.file_sink import FileSink
 from engine.cli.typed import TypedConversation
 from engine.config import EngineConfig
+from engine.measures import Mark
 from engine.pipeline.chat_history import SUMMARY_PREFIX, ChatHistory, HistoryItem, ItemKind
 from engine.pipeline.events import HistorySummarized
-from engine.pipeline.metrics import Mark
 from engine.models.model_registry import ModelRegistry
 from engine.stages.summary import SUMMARY_CHARS, clean_note, grow_summary, note_messages
 from tests.support.chat_server import ChatServer, message_text

@@ -5,9 +5,14 @@ Times below are binary fractions (0.25, 0.125...) so that derived values are exa
 
 from __future__ import annotations
 
+import ast
+import inspect
+from pathlib import Path
+
 import pytest
 
-from engine.pipeline.metrics import Figure, Mark, Metrics, TurnRecord, UndeclaredError, UnitOfMeasure
+from engine.measures import Figure, Mark, UnitOfMeasure
+from engine.pipeline.metrics import Metrics, TurnMetrics, TurnRecord, UndeclaredError
 from engine.report import BENCH_FIGURES, bench_summary, format_bench, turn_dict
 
 REPORT_KEYS = ["turn_id", "transcript", "reply", "cancelled", "timeline", "voice_to_voice_s",
@@ -223,6 +228,120 @@ def test_each_dropped_revision_is_counted():
     metrics.reset_turn_work(0, 1, generation=2)
     assert metrics.turn(0, 1).value(Figure.DROPPED_REVISIONS) == 2
     assert turn_dict(metrics.turn(0, 1))["dropped_revisions"] == 2
+
+
+# ---------------------------------------------------------------- the per-turn writer
+
+
+def test_a_turn_writer_writes_to_its_own_unit_and_turn_only():
+    metrics = Metrics()
+    metrics.for_turn(0, 1).mark(Mark.SPEECH_END, 1.0)
+    metrics.for_turn(1, 1).mark(Mark.SPEECH_END, 2.0)
+    writer = metrics.for_turn(0, 2, generation=0)
+    writer.mark(Mark.SPEECH_END, 3.0)
+    writer.figure(Figure.STT_COMPUTE_S, 0.25)
+    writer.figures({Figure.STT_NETWORK_S: 0.125, Figure.STT_HEADERS_S: 0.0625})
+    writer.set_transcript("bonjour", language="fr")
+    writer.add_reply("Salut ")
+    writer.add_reply("!")
+    assert metrics.turn(0, 1).marks == {Mark.SPEECH_END: 1.0} and metrics.turn(0, 1).figures == {}
+    assert metrics.turn(1, 1).marks == {Mark.SPEECH_END: 2.0}
+    record = metrics.turn(0, 2)
+    assert (record.unit, record.turn_id) == (0, 2) and record.marks == {Mark.SPEECH_END: 3.0}
+    assert record.figures == {Figure.STT_COMPUTE_S: 0.25, Figure.STT_NETWORK_S: 0.125,
+                              Figure.STT_HEADERS_S: 0.0625}
+    assert (record.transcript, record.language, record.reply) == ("bonjour", "fr", "Salut !")
+
+
+def test_a_turn_writer_keeps_the_first_mark_unless_told_to_overwrite():
+    metrics = Metrics()
+    writer = metrics.for_turn(0, 1, generation=0)
+    writer.mark(Mark.LLM_START, 1.0)
+    writer.mark(Mark.LLM_START, 2.0)
+    assert metrics.turn(0, 1).marks[Mark.LLM_START] == 1.0
+    writer.mark(Mark.LLM_START, 3.0, overwrite=True)
+    assert metrics.turn(0, 1).marks[Mark.LLM_START] == 3.0
+
+
+def test_a_turn_writer_sets_adds_or_records_a_figure_once():
+    metrics = Metrics()
+    writer = metrics.for_turn(0, 1, generation=0)
+    writer.add(Figure.QUEUE_WAIT_S, 0.25)  # nothing yet: counts from zero
+    writer.add(Figure.QUEUE_WAIT_S, 0.5)
+    assert metrics.turn(0, 1).value(Figure.QUEUE_WAIT_S) == 0.75
+    writer.figure(Figure.QUEUE_WAIT_S, 0.125)  # replaces the sum
+    assert metrics.turn(0, 1).value(Figure.QUEUE_WAIT_S) == 0.125
+    assert writer.figure_once(Figure.TTS_FIRST_COMPUTE_S, 0.5)
+    assert not writer.figure_once(Figure.TTS_FIRST_COMPUTE_S, 0.75)
+    assert metrics.turn(0, 1).value(Figure.TTS_FIRST_COMPUTE_S) == 0.5
+
+
+def test_a_turn_writer_of_a_dropped_revision_writes_nothing():
+    metrics = Metrics()
+    old = metrics.for_turn(0, 1, generation=0)
+    old.mark(Mark.SPEECH_START, 1.0)
+    old.mark(Mark.STT_DONE, 2.0)
+    metrics.reset_turn_work(0, 1, generation=1)  # the user went on: revision 1 replaces it
+    before = metrics.turn(0, 1)
+    old.mark(Mark.LLM_START, 3.0, overwrite=True)
+    old.figure(Figure.LLM_TOKENS, 9)
+    old.add(Figure.QUEUE_WAIT_S, 0.5)
+    assert not old.figure_once(Figure.TTS_FIRST_COMPUTE_S, 0.5)
+    old.set_transcript("what time")
+    old.add_reply("It is")
+    assert metrics.turn(0, 1) == before
+    assert before.marks == {Mark.SPEECH_START: 1.0}
+    # The new revision's writer, and the turn's own bookkeeping (no generation), count.
+    metrics.for_turn(0, 1, generation=1).mark(Mark.STT_DONE, 4.0)
+    metrics.for_turn(0, 1).mark(Mark.COMMITTED, 5.0)
+    assert metrics.turn(0, 1).marks == {Mark.SPEECH_START: 1.0, Mark.STT_DONE: 4.0,
+                                        Mark.COMMITTED: 5.0}
+
+
+def test_a_turn_writer_refuses_undeclared_names():
+    writer = Metrics().for_turn(0, 1)
+    with pytest.raises(UndeclaredError):
+        writer.mark("speech_end", 1.0)  # type: ignore[arg-type]
+    with pytest.raises(UndeclaredError, match="derived"):
+        writer.add(Figure.VOICE_TO_VOICE_S, 1.0)
+
+
+@pytest.mark.parametrize("cls", [Metrics, TurnMetrics])
+def test_every_flag_of_a_metrics_write_is_keyword_only(cls):
+    positional = [f"{name}({p.name})" for name, fn in inspect.getmembers(cls, inspect.isfunction)
+                  for p in inspect.signature(fn).parameters.values()
+                  if p.annotation == "bool" and p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    assert positional == []
+
+
+ROOT = Path(__file__).resolve().parents[2]
+WRITES = {"mark", "figure", "add", "figure_once"}
+
+
+def positional_flags(source: str) -> list[int]:
+    """The lines of ``source`` where a ``mark``/``figure``/``add``/``figure_once`` call passes
+    ``True`` or ``False`` as a positional argument (it reads as "overwrite" in one and "add"
+    in the other: the flags are keyword-only)."""
+    return sorted(node.lineno for node in ast.walk(ast.parse(source))
+                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and node.func.attr in WRITES
+                  and any(isinstance(arg, ast.Constant) and isinstance(arg.value, bool)
+                          for arg in node.args))
+
+
+def test_the_flag_reader_finds_a_positional_bool():
+    source = ("metrics.mark(0, 1, Mark.LLM_START, 1.0, True, gen)\n"
+              "turn.add(Figure.QUEUE_WAIT_S, 0.5)\n"
+              "metrics.figure(0, 1, Figure.TTS_AUDIO_S, 1.0, add=True)\n"
+              "turn.figure(Figure.TTS_AUDIO_S, False)\n")
+    assert positional_flags(source) == [1, 4]
+
+
+def test_no_metrics_write_passes_a_positional_flag():
+    found = [f"{path.relative_to(ROOT)}:{line}" for package in ("engine", "app", "tests")
+             for path in sorted((ROOT / package).rglob("*.py"))
+             for line in positional_flags(path.read_text(encoding="utf-8"))]
+    assert found == []
 
 
 # ---------------------------------------------------------------- turn_dict

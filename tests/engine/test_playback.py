@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 from engine.audio.file_sink import FileSink
-from engine.config import EngineConfig
+from engine.measures import Mark
 from engine.pipeline.control import TurnControl
 from engine.pipeline.events import EngineError, EventHub, TurnFinished
 from engine.pipeline.messages import AudioOut, EndOfStream
-from engine.pipeline.metrics import Mark, Metrics
+from engine.pipeline.metrics import Metrics
 from engine.pipeline.playback import Playback
-from engine.pipeline.stage import StageContext
 from engine.stages.sink_stage import SinkStage
+from tests.support.stage_harness import stage_context
 from tests.support.threads import wait_for
 
 RATE = 16000
@@ -307,7 +307,7 @@ def sink_stage():
     made = []
 
     def make(sink: RecordingSink | None = None):
-        ctx = StageContext(2, TurnControl(), Metrics(), EventHub(), EngineConfig())
+        ctx = stage_context(unit=2)
         playback = Playback(2, sink or RecordingSink(), ctx.control, ctx.metrics, ctx.events)
         stage = SinkStage(ctx, playback)
         made.append(stage)

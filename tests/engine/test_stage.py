@@ -16,13 +16,11 @@ import numpy as np
 import pytest
 
 from engine.audio.base import PIPELINE_RATE, AudioBlock, AudioSource
-from engine.config import EngineConfig
-from engine.pipeline.control import TurnControl
 from engine.errors import ModelError
-from engine.pipeline.events import EngineError, EventHub
+from engine.pipeline.events import EngineError
 from engine.pipeline.messages import EndOfStream, Message
-from engine.pipeline.metrics import Metrics
 from engine.pipeline.stage import SourceStage, Stage, StageContext
+from tests.support.stage_harness import stage_context
 from tests.support.threads import wait_for
 
 WAIT_S = 5.0  # upper bound for anything that should happen promptly
@@ -87,7 +85,7 @@ def make_ctx():
     made: list[tuple[StageContext, list[Stage | SourceStage]]] = []
 
     def make(unit: int = 0) -> tuple[StageContext, list]:
-        ctx = StageContext(unit, TurnControl(), Metrics(), EventHub(), EngineConfig())
+        ctx = stage_context(unit=unit)
         stages: list = []
         made.append((ctx, stages))
         return ctx, stages

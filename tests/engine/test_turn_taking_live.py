@@ -12,9 +12,9 @@ from engine.audio.file_sink import FileSink
 from engine.audio.file_source import FileSource
 from engine.config import EngineConfig
 from engine.engine import Engine
+from engine.measures import Figure
 from engine.pipeline.events import (EngineError, FinalTranscript, PartialTranscript, ReplyText, TurnCancelled)
 from engine.runtime.hub import HubStatus
-from engine.pipeline.metrics import Figure
 from engine.models.model_registry import ModelRegistry
 from tests.support.events import EventRecorder
 from tests.support.sources import SpeakWhenReplyPlays

@@ -28,7 +28,8 @@ import pytest
 
 from engine.cli.history import add_history_parser, run_history
 from engine.history.store import HistoryStore
-from engine.pipeline.metrics import Figure, Metrics
+from engine.measures import Figure
+from engine.pipeline.metrics import Metrics
 from tests.support.cli import run_cli
 from tests.support.history import PLACEMENTS, fill, make_turn
 

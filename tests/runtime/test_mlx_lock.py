@@ -242,14 +242,32 @@ def test_release_by_another_thread_is_an_error():
     assert failures and lock.snapshot().holder is None
 
 
-def test_unit_of_current_thread_reads_stage_thread_names():
-    assert mlx_lock.unit_of_current_thread() is None
-    found = []
-    thread = threading.Thread(target=lambda: found.append(mlx_lock.unit_of_current_thread()),
-                              name="parley-u3-stt")
+def test_a_hold_that_names_no_unit_is_labelled_with_the_unit_the_code_works_for():
+    # The unit comes from working_for, never from the thread's name: a thread named as
+    # another unit's stage, working for unit 2, holds for unit 2.
+    lock = MlxLock(trace=4)
+    seen = []
+
+    def backend_call() -> None:
+        with lock.hold("llm"):  # a backend's call: it does not know its unit
+            holder = lock.holder
+            seen.append(None if holder is None else holder.unit)
+
+    def worker() -> None:
+        backend_call()  # outside any unit's work
+        with mlx_lock.working_for(2):
+            assert mlx_lock.working_unit() == 2
+            backend_call()
+            with lock.hold("llm", 5):  # a unit named by the caller wins
+                seen.append(lock.holder.unit if lock.holder else None)
+        assert mlx_lock.working_unit() is None
+
+    thread = threading.Thread(target=worker, name="parley-u7-stt")
     thread.start()
     _join_all([thread], 10)
-    assert found == [3]
+    assert seen == [None, 2, 5]
+    assert [record.unit for record in lock.trace()] == [None, 2, 5]
+    assert mlx_lock.working_unit() is None  # another thread's unit is not this one's
 
 
 # ---------------------------------------------------------------------- the guard

@@ -14,9 +14,10 @@ from engine.audio.base import InputMarker
 from engine.config import BargeIn, EndOfTurn, EngineConfig
 from engine.errors import ConfigError
 from engine.backends.base import ToolCall
+from engine.measures import Figure, Mark
 from engine.pipeline.events import (EngineError, FinalTranscript, PartialTranscript, ReplyText, ToolCallsMade,
                                     TurnCancelled, TurnFinished, UserSpeaking)
-from engine.pipeline.metrics import Figure, Mark, TurnRecord
+from engine.pipeline.metrics import TurnRecord
 from engine.backends.voices import Voice, VoiceList, openai_voice
 from engine.pipeline.chat_history import ChatHistory, ItemKind
 from engine.pipeline.messages import PLAIN_REPLY, ReplyRequest

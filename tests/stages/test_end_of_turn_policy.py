@@ -13,15 +13,15 @@ import pytest
 
 from engine.backends.base import LlmModel, LlmSession, LlmStep
 from engine.config import EndOfTurn, EngineConfig, TextSignal
+from engine.measures import Figure
 from engine.pipeline.chat_history import ChatHistory
-from engine.pipeline.control import CancelReason, TurnControl
-from engine.pipeline.events import EventHub
+from engine.pipeline.control import CancelReason
 from engine.pipeline.messages import Transcript
-from engine.pipeline.metrics import Figure, Metrics
 from engine.pipeline.stage import StageContext
 from engine.stages.end_of_turn.policy import EndOfTurnPolicy
 from engine.stages.end_of_turn.text_signal import describe, needs_bundled, signal_model
 from engine.stages.llm_stage import LlmStage
+from tests.support.stage_harness import run_stage, stage_context
 
 JFK = ("And so my fellow Americans, ask not what your country can do for you, ask what you "
        "can do for your country.")
@@ -189,15 +189,14 @@ def test_a_reply_llm_without_a_signal_commits_early_on_the_bundled_models(bundle
 
 
 def _stage(model: LlmModel, **turns):
-    ctx = StageContext(0, TurnControl(), Metrics(), EventHub(),
-                       settings(end_of_turn=EndOfTurn.SILENCE, **turns))
+    ctx = stage_context(config=settings(end_of_turn=EndOfTurn.SILENCE, **turns))
     return LlmStage(ctx, model, ChatHistory()), ctx
 
 
 def _revision(stage: LlmStage, ctx: StageContext, turn: int, text: str) -> threading.Thread:
     """The stage processes a speculative revision on a thread of its own (it may wait)."""
     msg = Transcript(turn, ctx.control.generation, text, True, 0.0)
-    thread = threading.Thread(target=lambda: list(stage.process(msg)), daemon=True)
+    thread = threading.Thread(target=lambda: run_stage(stage, [msg]), daemon=True)
     thread.start()
     return thread
 

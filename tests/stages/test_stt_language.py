@@ -12,14 +12,14 @@ import pytest
 from engine.backends.base import SttModel, SttResult
 from engine.config import EngineConfig, SttConfig
 from engine.errors import ConfigError
-from engine.pipeline.control import TurnControl
-from engine.pipeline.events import EventHub, FinalTranscript
+from engine.measures import Figure
+from engine.pipeline.events import FinalTranscript
 from engine.pipeline.messages import SpeechSegment, Transcript
-from engine.pipeline.metrics import Figure, Metrics
 from engine.pipeline.stage import StageContext
 from engine.stages.stt_language import LanguageHold, switches, within
 from engine.stages.stt_stage import SttStage
 from engine.stages.vad_stage import PartialSequence
+from tests.support.stage_harness import run_stage, stage_context
 
 RATE = 16000
 
@@ -50,10 +50,9 @@ class DetectingStt(SttModel):
 def stage_for(model: SttModel, **stt: str) -> tuple[SttStage, StageContext, list]:
     config = dataclasses.replace(EngineConfig(), stt=SttConfig()).with_overrides(
         {f"stt.{key}": value for key, value in stt.items()})
-    events: list = []
-    hub = EventHub()
-    hub.subscribe(events.append)
-    ctx = StageContext(0, TurnControl(), Metrics(), hub, config)
+    events: list = []  # of every turn run
+    ctx = stage_context(config=config)
+    ctx.events.subscribe(events.append)
     return SttStage(ctx, model, PartialSequence()), ctx, events
 
 
@@ -61,8 +60,8 @@ def turn(stage: SttStage, ctx: StageContext, seconds: float, turn_id: int) -> Tr
     voiced = round(seconds * RATE)
     msg = SpeechSegment(turn_id, ctx.control.generation, np.zeros(voiced, np.float32), RATE, True,
                         100.0, 100.0 + seconds, voiced_samples=voiced)
-    ctx.held.commit(turn_id)  # the turn has ended: its events go out at once
-    return next(m for m in stage.process(msg) if isinstance(m, Transcript))
+    out, _events = run_stage(stage, [msg], commit=True)  # the turn has ended: its events go out
+    return next(m for m in out if isinstance(m, Transcript))
 
 
 def test_a_long_sure_turn_sets_the_language_and_a_short_unsure_one_keeps_it():

@@ -11,13 +11,11 @@ from engine.backends.base import LlmModel, LlmSession, LlmStep
 from engine.backends.stt.whisper_window import FittedDecode
 from engine.config import EndOfTurn, EngineConfig
 from engine.pipeline.chat_history import ChatHistory
-from engine.pipeline.control import CancelReason, TurnControl
-from engine.pipeline.events import EventHub
+from engine.pipeline.control import CancelReason
 from engine.pipeline.messages import Transcript
-from engine.pipeline.metrics import Metrics
-from engine.pipeline.stage import StageContext
 from engine.stages.llm_stage import LlmStage
 from tests.stages.test_stt_continue import ScriptedStt, segment, stage_for
+from tests.support.stage_harness import run_stage, stage_context
 
 
 class UnsureStt(ScriptedStt):
@@ -37,7 +35,8 @@ class UnsureStt(ScriptedStt):
 
 
 def finals(stage, msg) -> list[Transcript]:
-    return [m for m in stage.process(msg) if isinstance(m, Transcript)]
+    out, _events = run_stage(stage, [msg])
+    return [m for m in out if isinstance(m, Transcript)]
 
 
 def test_the_transcript_carries_the_other_readings_as_whole_turn_texts():
@@ -101,12 +100,12 @@ def test_the_text_signal_is_the_least_likely_end_over_the_readings(others, poste
     config = EngineConfig()
     config = dataclasses.replace(config, turns=dataclasses.replace(
         config.turns, end_of_turn=EndOfTurn.LEARNED))
-    ctx = StageContext(0, TurnControl(), Metrics(), EventHub(), config)
+    ctx = stage_context(config=config)
     stage = LlmStage(ctx, model, ChatHistory())
     turn, gen = 1, ctx.control.generation
     speculative = Transcript(turn, gen, "And so am I fellow Americans.", True, 0.0,
                              other_readings=others)
-    list(stage.process(speculative))  # not committed: the reply is held, the signal posted
+    run_stage(stage, [speculative])  # not committed: the reply is held, the signal posted
     assert ctx.end_of_turn.scores(turn, gen).text == posted
     assert len(model.asked) == len({"And so am I fellow Americans.", *others} - {""})
 

@@ -16,9 +16,9 @@ from engine.audio.file_source import FileSource
 from engine.config import EndOfTurn, EngineConfig
 from engine.engine import Engine
 from engine.errors import MissingDependencyError, ModelError
+from engine.measures import Figure, Mark
 from engine.runtime.compute_gate import ComputeGate, set_compute_gate
 from engine.runtime.hub import HubStatus
-from engine.pipeline.metrics import Figure, Mark
 from engine.models.model_registry import ModelRegistry
 from engine.stages.end_of_turn.board import AudioScorer, TurnEndBoard, TurnScores
 from tests.support.transcripts import normalize

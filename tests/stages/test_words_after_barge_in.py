@@ -9,16 +9,15 @@ from __future__ import annotations
 import numpy as np
 
 from engine.backends.base import LlmModel, LlmSession, LlmStep, SttModel, SttResult
-from engine.config import EngineConfig
 from engine.pipeline.chat_history import ChatHistory, ItemKind
-from engine.pipeline.control import CancelReason, TurnControl
-from engine.pipeline.events import EventHub, FinalTranscript
+from engine.pipeline.control import CancelReason
+from engine.pipeline.events import FinalTranscript
 from engine.pipeline.messages import SpeechSegment, TextChunk, Transcript
-from engine.pipeline.metrics import Metrics
 from engine.pipeline.stage import StageContext
 from engine.stages.llm_stage import LlmStage
 from engine.stages.stt_stage import SttStage
 from engine.stages.vad_stage import PartialSequence
+from tests.support.stage_harness import run_stage, stage_context
 
 RATE = 16000
 WORDS = "Reincarnation and the converse of spirits."
@@ -58,8 +57,8 @@ class CountingLlm(LlmModel):
 
 
 def _ctx() -> tuple[StageContext, list]:
-    ctx = StageContext(0, TurnControl(), Metrics(), EventHub(), EngineConfig())
-    events: list = []
+    ctx = stage_context()
+    events: list = []  # of the whole test, commits included
     ctx.events.subscribe(events.append)
     return ctx, events
 
@@ -74,7 +73,8 @@ def _transcribe(stage: SttStage, segment: SpeechSegment) -> list[Transcript] | N
     """What the stage's loop does with the segment: dropped (None) or its outputs."""
     if stage.is_stale(segment):
         return None
-    return [m for m in stage.process(segment) if isinstance(m, Transcript) and not stage.is_stale(m)]
+    out, _events = run_stage(stage, [segment])
+    return [m for m in out if isinstance(m, Transcript)]
 
 
 def test_a_committed_turn_cut_before_its_transcript_is_still_transcribed():
@@ -116,11 +116,11 @@ def test_the_llm_keeps_the_words_of_a_cut_turn_and_answers_nothing():
     ctx.held.commit(1)
     ctx.control.cancel_all(1, CancelReason.BARGE_IN)
     assert not stage.is_stale(transcript)
-    out = list(stage.process(transcript))
+    out, _events = run_stage(stage, [transcript])
     assert not [m for m in out if isinstance(m, TextChunk)] and model.calls == 0
     assert [(i.kind, i.text) for i in history.items()] == [(ItemKind.USER, WORDS)]
     # A current turn is answered as ever.
     answered = Transcript(2, ctx.control.generation, "And the next one?", True, 12.0)
     ctx.held.commit(2)
-    assert any(isinstance(m, TextChunk) and m.text for m in stage.process(answered))
+    assert any(isinstance(m, TextChunk) and m.text for m in run_stage(stage, [answered])[0])
     assert model.calls == 1

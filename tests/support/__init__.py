@@ -9,6 +9,8 @@
 - ``events``, ``history``, ``sources``, ``device_check``: engine events, stored turns, a
   silent source, the device check's models.
 - ``llm``, ``mlx``, ``stt``, ``tts``: backend helpers and tiny random models.
+- ``stage_harness``: one stage run without a pipeline (``stage_context``, ``run_stage``: its
+  outputs and events), as pipecat's ``run_test``.
 - ``server``, ``remote``, ``hub``: the realtime server's clients, OpenAI-compatible servers
   and a fault proxy, a local model hub.
 - ``gui``: device lists, snapshots and a stall meter for the GUI tests.

@@ -35,3 +35,21 @@ def rms(audio: np.ndarray) -> float:
 def speech_with_gap(first: np.ndarray, second: np.ndarray, gap_s: float) -> np.ndarray:
     """Two 16 kHz utterances separated by ``gap_s`` of digital silence."""
     return np.concatenate([first, np.zeros(int(gap_s * 16000), np.float32), second]).astype(np.float32)
+
+
+def speech_seconds(audio: np.ndarray, rate: int) -> float:
+    """Seconds of ``audio`` that Silero VAD calls speech (probability over 0.5): spoken
+    audio has seconds of it, silence and noise none."""
+    import soxr
+
+    from engine.backends.base import LoadRequest, no_progress
+    from engine.backends.vad import silero
+    from engine.runtime.devices import Device
+
+    vad = silero.load(LoadRequest("auto", Device("cpu"), "auto", None), no_progress)
+    stream = vad.new_stream()
+    samples = soxr.resample(audio, rate, 16000).astype(np.float32)
+    n = vad.frame_samples
+    voiced = sum(stream.speech_probability(samples[i:i + n]) > 0.5
+                 for i in range(0, len(samples) - n + 1, n))
+    return voiced * n / 16000

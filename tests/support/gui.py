@@ -10,8 +10,9 @@ from PySide6.QtCore import QElapsedTimer, QTimer
 
 from engine.runtime.devices import Device, DeviceInfo
 from engine.engine import EngineSnapshot, EngineState, StagePlacement
+from engine.measures import Figure, Mark
 from engine.runtime.memory import sample_memory
-from engine.pipeline.metrics import Figure, Mark, Metrics
+from engine.pipeline.metrics import Metrics
 
 GIB = 2**30
 

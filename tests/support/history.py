@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from engine.history.store import HistoryStore
-from engine.pipeline.metrics import Figure, Mark, Metrics
+from engine.measures import Figure, Mark
+from engine.pipeline.metrics import Metrics
 
 PLACEMENTS = [{"stage": "stt", "backend": "faster-whisper", "model": "tiny.en", "device": "cpu",
                "actual_device": "cpu", "bundled": True},

@@ -77,3 +77,18 @@ def transcribe(whisper, audio: np.ndarray, sample_rate: int) -> str:
                                      condition_on_previous_text=False)
     text = " ".join(segment.text for segment in segments).lower()
     return " ".join("".join(ch if ch.isalpha() or ch == "'" else " " for ch in text).split())
+
+
+def french_piper_voice(joe: str, folder: Path) -> Path:
+    """A French Piper voice file for tests, as a catalogue voice (``fr_FR-...``) would be:
+    the bundled voice's network (``joe``, its ``.onnx`` path) with a config that asks
+    espeak-ng for French phonemes and says the voice speaks fr. It speaks French words
+    with joe's accent (Whisper base still hears English in it), so tests check the voice
+    chosen and that its audio is speech, not the accent."""
+    french = folder / "fr_FR-joe-medium.onnx"
+    french.write_bytes(Path(joe).read_bytes())
+    config = json.loads(Path(joe + ".json").read_text("utf-8"))
+    config["espeak"]["voice"] = "fr"
+    config["language"] = {"code": "fr_FR", "family": "fr"}
+    Path(str(french) + ".json").write_text(json.dumps(config), "utf-8")
+    return french

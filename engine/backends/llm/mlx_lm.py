@@ -47,7 +47,7 @@ from engine.backends.llm.tool_calls import (CallFilter, ToolCallError, ToolForma
                                             offered_tools, render_chat, tool_format)
 from engine.errors import ConfigError, DeviceError, MissingDependencyError, ModelError
 from engine.runtime.hub import offline as hub_offline
-from engine.runtime.mlx_lock import MlxLock, get_mlx_lock, unit_of_current_thread
+from engine.runtime.mlx_lock import MlxLock, get_mlx_lock
 
 STAGE = "llm"
 HUB_DEFAULT = "mlx-community/Qwen3-4B-Instruct-2507-4bit"
@@ -253,8 +253,9 @@ class MlxLmSession(LlmSession):
         check_context(len(prompt), max_new_tokens, llm.context_tokens)
         if should_stop():
             return
-        unit = self.unit if self.unit is not None else unit_of_current_thread()
-        hold = llm.lock.hold(STAGE, unit)  # one reusable context manager for every step
+        # One reusable context manager for every step; a session made without a unit
+        # holds for the unit its caller works for (mlx_lock.working_for).
+        hold = llm.lock.hold(STAGE, self.unit)
         with hold:
             import mlx.core as mx
             from mlx_lm.generate import generation_stream, stream_generate

@@ -40,7 +40,7 @@ from engine.backends.llm.tool_calls import ToolFormat, tool_format
 from engine.errors import ConfigError, DeviceError, ModelError
 from engine.runtime.compute_gate import threads_per_call
 from engine.runtime.memory import file_bytes
-from engine.runtime.mlx_lock import MlxLock, model_lock, unit_of_current_thread
+from engine.runtime.mlx_lock import MlxLock, model_lock
 
 
 def bundled_model() -> str | None:
@@ -232,7 +232,7 @@ class OnnxGenaiSession(LocalLlmSession):
     def _run(self, token_ids: list[int]) -> np.ndarray:
         cache = self._cache if self._cache is not None else self.llm.decoder.empty_cache()
         try:
-            with self.llm.lock.hold("llm", unit_of_current_thread()):
+            with self.llm.lock.hold("llm"):
                 logits, self._cache = self.llm.run(token_ids, cache, len(self._cached_ids))
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own untyped errors
             self.reset()  # the cache may hold part of this call: trust nothing in it

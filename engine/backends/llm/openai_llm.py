@@ -41,7 +41,7 @@ from engine.backends.remote import Endpoint, RemoteClient, RemoteError, Retrier,
 from engine.runtime.devices import Device
 from engine.config import LLM_REQUEST_FIELDS, LlmConfig
 from engine.errors import ConfigError, DeviceError
-from engine.pipeline.metrics import Figure
+from engine.measures import Figure
 
 
 def load(request: LoadRequest, progress: Progress = no_progress) -> RemoteLlm:

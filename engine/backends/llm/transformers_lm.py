@@ -35,7 +35,7 @@ from engine.backends.llm.model_folder import resolve_model_folder
 from engine.backends.llm.tool_calls import (ToolFormat, tool_format)
 from engine.errors import ConfigError, DeviceError, ModelError
 from engine.runtime.memory import torch_weights_bytes
-from engine.runtime.mlx_lock import MlxLock, model_lock, unit_of_current_thread
+from engine.runtime.mlx_lock import MlxLock, model_lock
 
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -145,7 +145,7 @@ class TransformersLlm(LocalLlm):
         kwargs = {self._cache_kwarg: cache, "use_cache": True}
         if self._keep_kwarg:
             kwargs[self._keep_kwarg] = 1  # a long prefill needs only the last row of logits
-        with self.lock.hold("llm", unit_of_current_thread()), torch.inference_mode():
+        with self.lock.hold("llm"), torch.inference_mode():
             out = self.model(input_ids=ids, **kwargs)
         # Sampling works on numpy: one row of logits, copied off the GPU once per token.
         return out.logits[0, -1].float().cpu().numpy()

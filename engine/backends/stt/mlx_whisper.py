@@ -28,7 +28,7 @@ from engine.backends.base import LoadRequest, Progress, SttModel, SttResult, no_
 from engine.backends.stt.languages import check_whisper_language
 from engine.errors import AudioInputError, ConfigError, DeviceError, ModelError
 from engine.runtime.hub import offline as hub_offline
-from engine.runtime.mlx_lock import MlxLock, get_mlx_lock, unit_of_current_thread
+from engine.runtime.mlx_lock import MlxLock, get_mlx_lock
 
 SAMPLE_RATE = 16000
 STAGE = "stt"
@@ -148,9 +148,7 @@ class MlxWhisperStt(SttModel):
         if beam_size > 1:
             options["beam_size"] = beam_size
         start = time.perf_counter()
-        if unit is None:
-            unit = unit_of_current_thread()
-        with self.lock.hold(STAGE, unit):
+        with self.lock.hold(STAGE, unit):  # None: the unit the caller works for
             import mlx_whisper
             from mlx_whisper.transcribe import ModelHolder
 

@@ -21,7 +21,7 @@ from engine.backends.base import LoadRequest, Progress, SttModel, SttResult, no_
 from engine.backends.remote import Endpoint, RemoteClient, RemoteError, Retrier
 from engine.config import SttConfig
 from engine.errors import DeviceError
-from engine.pipeline.metrics import Figure
+from engine.measures import Figure
 
 SAMPLE_RATE = 16000
 

@@ -21,7 +21,7 @@ from engine.errors import AudioInputError, ConfigError, DeviceError, ModelError
 from engine.backends.torch_load import TRANSFORMERS_LOAD_LOCK
 from engine.runtime.hub import offline as hub_offline
 from engine.runtime.memory import torch_weights_bytes
-from engine.runtime.mlx_lock import MlxLock, model_lock, unit_of_current_thread
+from engine.runtime.mlx_lock import MlxLock, model_lock
 
 SAMPLE_RATE = 16000
 WINDOW_SECONDS = 30  # Whisper's fixed input window
@@ -148,7 +148,7 @@ class TransformersWhisperStt(SttModel):
         window = WINDOW_SECONDS * SAMPLE_RATE
         start = time.perf_counter()
         texts = []
-        with self.lock.hold("stt", unit_of_current_thread()), torch.inference_mode():
+        with self.lock.hold("stt"), torch.inference_mode():
             for offset in range(0, audio.size, window):
                 features = self._processor.feature_extractor(
                     audio[offset:offset + window], sampling_rate=SAMPLE_RATE,

@@ -44,7 +44,7 @@ from engine.backends.base import LoadRequest, Progress, TtsChunk, TtsModel
 from engine.runtime.devices import Device
 from engine.errors import ConfigError, DeviceError, MissingDependencyError, ModelError
 from engine.runtime.memory import torch_weights_bytes
-from engine.runtime.mlx_lock import MlxLock, model_lock, unit_of_current_thread
+from engine.runtime.mlx_lock import MlxLock, model_lock
 from engine.backends.voices import Voice, VoiceList
 
 if TYPE_CHECKING:
@@ -368,7 +368,7 @@ class KokoroTts(TtsModel):
 
         if not any(ch in self._model.vocab for ch in phonemes):
             return None
-        with self.lock.hold("tts", unit_of_current_thread()), torch.no_grad():
+        with self.lock.hold("tts"), torch.no_grad():
             audio = self._model(phonemes, pack[len(phonemes) - 1], speed)
         audio = audio.detach().float().cpu().numpy().reshape(-1)
         return TtsChunk(np.ascontiguousarray(audio, dtype=np.float32), SAMPLE_RATE)

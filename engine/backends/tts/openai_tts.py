@@ -24,7 +24,7 @@ from engine.backends.base import LoadRequest, Progress, TtsChunk, TtsModel, no_p
 from engine.backends.remote import Endpoint, RemoteClient, Retrier
 from engine.config import TtsConfig
 from engine.errors import ConfigError, DeviceError
-from engine.pipeline.metrics import Figure
+from engine.measures import Figure
 from engine.backends.voices import Voice, VoiceList
 
 PCM_RATE = 24000  # the API's "pcm": 24 kHz, 16-bit little-endian, mono

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.runtime.compute_gate import get_compute_gate
+from engine.runtime.compute_gate import UnitCompute, get_compute_gate
 
 log = logging.getLogger("parley.end_of_turn")
 
@@ -120,14 +120,17 @@ class AudioScorer:
     ``score(audio) -> probability`` is the shared model's call; results go to ``board``.
     ``moot(turn_id, generation)``: whether that revision no longer needs a score
     (``StageContext.end_of_turn_moot``); a request still waiting for the CPU then ends
-    unscored.
+    unscored. ``compute``: the unit's handle on the compute gate, whose urgency the
+    scores wait with (None: no unit's, as a test's scorer).
     Started and joined by the pipeline unit.
     """
 
     def __init__(self, name: str, score: Callable[[np.ndarray], float], board: TurnEndBoard,
                  on_error: Callable[[str], None],
-                 moot: Callable[[int, int], bool] = lambda turn_id, generation: False) -> None:
+                 moot: Callable[[int, int], bool] = lambda turn_id, generation: False, *,
+                 compute: UnitCompute | None = None) -> None:
         self._score = score
+        self._compute = compute
         self._board = board
         self._on_error = on_error
         self._moot = moot
@@ -179,7 +182,9 @@ class AudioScorer:
                 # The CPU's gate, as the stages' model calls. Under load a score can come
                 # after the grace ended: it would decide nothing and delay other replies.
                 moot = functools.partial(self._moot, turn_id, generation)
-                with get_compute_gate().hold(give_up=moot) as may_run:
+                gate = (get_compute_gate().hold(give_up=moot) if self._compute is None
+                        else self._compute.hold(give_up=moot))
+                with gate as may_run:
                     request = self._take(turn_id, generation, may_run)
                     if request is None:
                         continue

@@ -19,7 +19,7 @@ import numpy as np
 
 from engine.backends.base import LlmModel
 from engine.config import EndOfTurn, EngineConfig
-from engine.runtime.compute_gate import get_compute_gate
+from engine.runtime.compute_gate import UnitCompute
 from engine.stages.end_of_turn import decide
 from engine.stages.end_of_turn.board import AudioScorer, TurnEndBoard, TurnScores
 from engine.stages.end_of_turn.text_signal import TextScorer, computing, signal_model
@@ -51,6 +51,7 @@ class EndOfTurnPolicy:
                  on_error: Callable[[str], None] = lambda message: None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.unit = unit
+        self.compute = UnitCompute(unit)  # the scorers' calls wait as urgently as the unit
         self._config = config
         self._committed = committed
         self._stale = stale
@@ -60,7 +61,8 @@ class EndOfTurnPolicy:
         self.audio_scorer: AudioScorer | None = None
         if audio_model is not None:
             self.audio_scorer = AudioScorer(f"parley-u{unit}-turn", audio_model.probability,
-                                            self.board, on_error, self.moot)
+                                            self.board, on_error, self.moot,
+                                            compute=self.compute)
 
     # ------------------------------------------------------------------ the unit's
     def start(self) -> None:
@@ -90,7 +92,7 @@ class EndOfTurnPolicy:
         if self._committed(turn_id) or self._stale(turn_id, generation):
             return True
         return (not self.board.scores_wanted(turn_id, generation)
-                and get_compute_gate().others_ahead(self.unit))
+                and self.compute.others_ahead())
 
     def scores(self, turn_id: int, generation: int) -> TurnScores:
         return self.board.scores(turn_id, generation)
@@ -150,7 +152,7 @@ class EndOfTurnPolicy:
         if model is None:
             return None
         # Under load the grace may end while this waits for the CPU: then it is moot.
-        with computing(model, self.unit, lambda: self.moot(turn_id, generation)) as may_run:
+        with computing(model, self.compute, lambda: self.moot(turn_id, generation)) as may_run:
             if not may_run:
                 return None
             probability = self._text.probability(model, readings)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from engine.backends.base import LlmModel, LlmSession
 from engine.config import TextSignal
-from engine.runtime.compute_gate import get_compute_gate
+from engine.runtime.compute_gate import UnitCompute
 
 
 def signal_model(choice: TextSignal, reply: LlmModel | None, bundled: LlmModel | None
@@ -82,11 +82,11 @@ class TextScorer:
         self._session = None
 
 
-def computing(model: LlmModel, unit: int, give_up: Callable[[], bool]
+def computing(model: LlmModel, compute: UnitCompute, give_up: Callable[[], bool]
               ) -> AbstractContextManager[bool]:
     """Hold the CPU's compute gate for one text-signal call where ``model`` computes on
     the CPU (the bundled model beside an MLX, GPU or remote reply LLM included); yields
     whether the call may run (False once ``give_up`` is true while waiting)."""
     if model.actual_device == "cpu":
-        return get_compute_gate().hold(unit, None, give_up)
+        return compute.hold(give_up=give_up)
     return nullcontext(True)
