@@ -8,7 +8,8 @@ round by round. Per mode: the commits that were right (and how many the learned 
 made early), the turns cut inside a sentence (early or by a long pause), the splits
 between sentences, the missed ends, and the commit wait after the end of speech on the
 finished turns. The default modes are ``turns.end_of_turn`` = silence and learned;
-``--compare``/``--variant`` measure other settings the same way.
+``--compare``/``--variant`` measure other settings the same way. ``--set held-out`` keeps
+to the recordings the thresholds were not tuned on (the reference's ``set`` field).
 
 ``--signals`` also lists, per mode and recording place, what the learned decision saw at
 each speculative revision (the audio model's and the text signal's probabilities) and what
@@ -31,7 +32,8 @@ from engine.bench.turn_scoring import Commit, Reference, Score, load_reference, 
 from engine.bench.variants import bench_variants
 from engine.config import EngineConfig, config_from_flags
 from engine.errors import ConfigError, ParleyError, run_command
-from engine.pipeline.metrics import Figure, Mark, TurnRecord
+from engine.measures import Figure, Mark
+from engine.pipeline.metrics import TurnRecord
 from engine.bench.report_flags import add_report_flags
 
 if TYPE_CHECKING:
@@ -41,6 +43,26 @@ PROG = "parley-cli bench turn-taking"
 AUDIO_DIR = Path(__file__).resolve().parents[2] / "resources" / "audio"
 REFERENCE = AUDIO_DIR / "turns.json"
 DEFAULT_COMPARE = "turns.end_of_turn=silence,learned"
+#: ``--set`` choices and the reference's ``set`` values they select (None: every recording).
+#: ``tuned``: the recordings the end-of-turn thresholds were chosen on; ``held_out``: the
+#: ones added afterwards to judge those thresholds on ends they were not tuned on.
+SETS = {"all": None, "tuned": "tuned", "held-out": "held_out"}
+
+
+def recording_sets(path: Path) -> dict[str, str]:
+    """Each recording's ``set`` in the reference at ``path`` (``tuned`` where it names
+    none); ConfigError naming the recording and the value where it is not one of ``SETS``."""
+    try:
+        recordings = json.loads(path.read_text(encoding="utf-8"))["recordings"]
+        entries = {name: entry.get("set", "tuned") for name, entry in recordings.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"cannot read the turn-taking reference {path}: {exc}") from None
+    allowed = [value for value in SETS.values() if value is not None]
+    for name, value in entries.items():
+        if value not in allowed:
+            raise ConfigError(f"{path}: recordings.{name}.set: {value!r}; allowed: "
+                              f"{', '.join(allowed)}")
+    return entries
 
 
 class RevisionLog(logging.Handler):
@@ -190,6 +212,8 @@ def format_table(doc: dict, show_signals: bool = False) -> str:
     head = (f"{'mode':<34} {'ends':>5} {'right':>6} {'early ok':>9} {'early cut':>10} "
             f"{'cut':>4} {'split':>6} {'missed':>7} {'wait mean':>10} {'p50':>5} {'max':>5}")
     lines = [head, "-" * len(head)]
+    if doc.get("set", "all") != "all":
+        lines.insert(0, f"recordings: --set {doc['set']} ({len(doc['modes'][0]['recordings'])})")
     for mode in doc["modes"]:
         lines.append(f"{mode['mode']:<34} {mode['ends']:>5} {mode['right']:>6} "
                      f"{mode['right_early']:>9} {mode['cut_early']:>10} "
@@ -237,6 +261,9 @@ def build_parser(add_config_flags: Callable[[argparse.ArgumentParser], None] | N
     parser.add_argument("recordings", nargs="*", metavar="NAME",
                         help="file names of the reference to stream (default: all of them)")
     parser.add_argument("--runs", type=int, default=1, help="rounds over every recording (default 1)")
+    parser.add_argument("--set", choices=list(SETS), default="all", dest="recording_set",
+                        help="which recordings of the reference: those the thresholds were "
+                        "tuned on, the held-out ones, or all (default all)")
     parser.add_argument("--reference", metavar="FILE", default=str(REFERENCE),
                         help="the reference (default: resources/audio/turns.json)")
     parser.add_argument("--compare", metavar="KEY=A,B", action="append", default=[],
@@ -275,6 +302,13 @@ def main(argv: list[str], add_config_flags: Callable[[argparse.ArgumentParser], 
                               f"known: {', '.join(references)}")
         if args.recordings:
             references = {name: references[name] for name in args.recordings}
+        wanted = SETS[args.recording_set]
+        if wanted is not None:
+            sets = recording_sets(Path(args.reference))
+            references = {name: ref for name, ref in references.items() if sets[name] == wanted}
+            if not references:
+                raise ConfigError(f"--set {args.recording_set}: no recording of "
+                                  f"{args.reference} is in that set")
         missing = [name for name in references if not (AUDIO_DIR / name).is_file()]
         if missing:
             raise ConfigError(f"recordings of the reference missing from {AUDIO_DIR}: "
@@ -303,6 +337,7 @@ def main(argv: list[str], add_config_flags: Callable[[argparse.ArgumentParser], 
             for _label, engine in engines:
                 engine.close()
         doc["reference"] = args.reference
+        doc["set"] = args.recording_set
         doc["config"] = {label: {k: (v.value if hasattr(v, "value") else v)
                                  for k, v in cfg.flat().items() if k.startswith(("turns.", "vad."))}
                          for label, cfg in variants}

@@ -8,9 +8,11 @@ import json
 import pytest
 
 from engine.bench.turn_scoring import Commit, Place, Reference, Score, load_reference, score_commits
-from engine.bench.turn_taking import AUDIO_DIR, REFERENCE, build_parser, commits_of, format_table, main
+from engine.bench.turn_taking import (AUDIO_DIR, REFERENCE, build_parser, commits_of, format_table, main,
+                                      recording_sets)
 from engine.errors import ConfigError
-from engine.pipeline.metrics import Figure, Mark, TurnRecord
+from engine.measures import Figure, Mark
+from engine.pipeline.metrics import TurnRecord
 
 # One recording: a pause inside a sentence at 2.0 s, a finished sentence the speaker
 # follows on from at 4.0 s, the true end of the first turn at 6.0 s, the second at 9.0 s.
@@ -64,8 +66,9 @@ def test_commits_are_read_from_the_turn_records_on_the_recordings_clock():
     early = record(1, {Mark.SPEECH_END: 106.0, Mark.COMMITTED: 106.5}, {Figure.EOT_EARLY: 1.0})
     late = record(2, {Mark.SPEECH_END: 109.0, Mark.COMMITTED: 110.2})
     never = record(3, {Mark.SPEECH_END: 111.0})  # the input ended first
-    assert commits_of([early, late, never], 100.0) == [Commit(6.0, 6.5, True),
-                                                       Commit(9.0, pytest.approx(10.2), False)]
+    commits = commits_of([early, late, never], 100.0)
+    assert [(c.speech_end_s, c.early) for c in commits] == [(6.0, True), (9.0, False)]
+    assert [c.committed_s for c in commits] == pytest.approx([6.5, 10.2])
 
 
 def test_the_llms_requests_and_tokens_are_reported_per_spoken_turn():
@@ -102,6 +105,30 @@ def test_the_shipped_reference_names_recordings_that_are_there():
     assert sum(r.ends for r in references.values()) >= 10
 
 
+def test_the_held_out_recordings_are_new_ends_with_pauses_inside_and_between_sentences():
+    references, sets = load_reference(REFERENCE), recording_sets(REFERENCE)
+    tuned = {name for name, value in sets.items() if value == "tuned"}
+    held_out = [references[name] for name, value in sets.items() if value == "held_out"]
+    # The thresholds were tuned on these five; nothing else may join that set unnoticed.
+    assert tuned == {"jfk.flac", "lecture.flac", "librispeech_four_turns.flac",
+                     "librispeech_three_turns.flac", "one_two_three_44k.wav"}
+    assert len(held_out) >= 10
+    places = [p for r in held_out for p in r.places]
+    assert sum(r.ends for r in held_out) >= 12
+    assert sum(p.kind == "inside" for p in places) >= 20
+    assert sum(p.kind == "between" for p in places) >= 5
+
+
+def test_the_set_of_each_recording_is_checked(tmp_path):
+    path = tmp_path / "turns.json"
+    path.write_text(json.dumps({"recordings": {"a.flac": {"turns": [{"end_s": 1.0}]},
+                                               "b.flac": {"turns": [{"end_s": 1.0}], "set": "held_out"}}}))
+    assert recording_sets(path) == {"a.flac": "tuned", "b.flac": "held_out"}
+    path.write_text(json.dumps({"recordings": {"a.flac": {"turns": [{"end_s": 1.0}], "set": "test"}}}))
+    with pytest.raises(ConfigError, match=r"recordings\.a\.flac\.set: 'test'; allowed: tuned, held_out"):
+        recording_sets(path)
+
+
 @pytest.mark.parametrize("entry, message", [
     ({"turns": []}, "expected 'turns'"),
     ({"turns": [{"end_s": "2"}]}, r"turns\[0\]\.end_s: '2'"),
@@ -121,3 +148,7 @@ def test_bad_arguments_fail_before_anything_loads(tmp_path, capsys):
     assert main(["--runs", "0"]) == 2
     assert "--runs must be at least 1" in capsys.readouterr().err
     assert build_parser().parse_args([]).recordings == []
+    # jfk.flac is a tuned recording: none of the named ones is held out.
+    assert main(["--set", "held-out", "jfk.flac"]) == 2
+    assert "--set held-out: no recording" in capsys.readouterr().err
+    assert build_parser().parse_args([]).recording_set == "all"
