@@ -144,6 +144,10 @@ def test_two_spoken_turns_are_shown_answered_and_played(served, browser, tmp_pat
     done = stats(page)
     assert "poison" in done["transcripts"][1].lower()
     assert done["replies"][1] in page.text("transcript")
+    # The language each turn was heard in (the transcription event's): the first turn's
+    # is marked on its bubble, the second's is not, as it did not change.
+    assert done["languages"] == ["en", "en"]
+    assert page.text("transcript").count("You · English") == 1
     page.wait(f"window.parley.stats.played > {after_first['played']}", 30, "the second reply, played")
     assert stats(page)["errors"] == []
     _screenshots(page, _folder(tmp_path))

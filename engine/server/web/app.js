@@ -8,7 +8,7 @@ const $ = (id) => document.getElementById(id);
 const SEND_FRAMES = 2; // 40 ms of audio per input_audio_buffer.append
 
 const stats = { played: 0, queued: 0, underruns: 0, flushes: 0, flushed: 0, responses: 0,
-                cancelled: 0, transcripts: [], replies: [], problem: null, connected: false,
+                cancelled: 0, transcripts: [], languages: [], replies: [], problem: null, connected: false,
                 jitterNeededMs: null, errors: [] };
 window.parley = { stats };
 
@@ -116,6 +116,7 @@ function handle(e) {
     case "conversation.item.input_audio_transcription.completed":
       transcript.set(e.item_id, "you", e.transcript);
       stats.transcripts.push(e.transcript);
+      heardIn(e.item_id, e.language ?? null, e.language_probability ?? null);
       break;
     case "response.created":
       reply = { id: e.response.id, itemId: null, base: stats.played + stats.queued, audio: false };
@@ -147,6 +148,14 @@ function handle(e) {
       break;
     default:
   }
+}
+
+// The language a turn was heard in (Parley's `language` field of the transcription event):
+// marked on the user's bubble when it differs from the last turn's, as the desktop does.
+function heardIn(itemId, language, probability) {
+  const previous = stats.languages.findLast((l) => l !== null);
+  stats.languages.push(language);
+  if (language && language !== previous) transcript.markLanguage(itemId, language, probability);
 }
 
 function finished(response) {

@@ -64,9 +64,27 @@ export class Transcript {
     this.el.scrollTop = this.el.scrollHeight;
   }
 
+  /** The user's bubble says the language it was heard in ("You · French, 93 %"). */
+  markLanguage(id, language, probability) {
+    const b = this.bubbles.get(id);
+    if (!b) return;
+    const sure = typeof probability === "number" ? `, ${Math.round(probability * 100)} %` : "";
+    b.querySelector(".who").textContent = `You · ${languageName(language)}${sure}`;
+    b.dataset.language = language;
+  }
+
   mark(id, note) {
     const b = this.bubbles.get(id);
     if (b) b.querySelector(".who").textContent = `Parley · ${note}`;
+  }
+}
+
+/** "fr" -> "French" in the browser's language (the code itself where it has no name). */
+export function languageName(code) {
+  try {
+    return new Intl.DisplayNames([navigator.language || "en"], { type: "language" }).of(code) || code;
+  } catch {
+    return code;
   }
 }
 
