@@ -4,7 +4,8 @@ For each rung that runs here fully with random weights (the Whisper rungs on CTr
 int8, the LLM rungs on onnxruntime-genai int4; CPU), the whole model is built from its
 hub config (``engine.bench.random_weights``) and timed with the calibration's own
 protocol (``engine.models.kernels``: one STT call at the 10 s and the 30 s window with 24
-tokens; a 300-token prompt to its first token, then decoded tokens per second). The
+tokens; a 300-token prompt to its first token, a later turn's 16 new tokens on that
+prompt's KV cache to its first token, then decoded tokens per second). The
 calibration runs first, in the same process, so both see the same machine load; the
 table gives predicted, measured and their ratio per rung. Piper and Kokoro have no
 random-weight build here (Piper's predictions are scaled from the bundled voice, which is
@@ -21,16 +22,17 @@ from pathlib import Path
 
 from engine.errors import ConfigError
 from engine.models import kernels
-from engine.models.calibration import (LLM_DECODE_TOKENS, LLM_PROMPT_TOKENS, STT_FALLBACK_FRAMES,
-                                        STT_TOKENS, STT_WINDOW_FRAMES, RungCost, calibrate,
-                                        format_calibration)
+from engine.models.calibration import (LLM_DECODE_TOKENS, LLM_PROMPT_TOKENS, LLM_TURN_TOKENS,
+                                       STT_FALLBACK_FRAMES, STT_TOKENS, STT_WINDOW_FRAMES,
+                                       RungCost, calibrate, format_calibration)
 from engine.backends.ladder import Ladder, load_ladder
 
 DESCRIPTION = (__doc__ or "").split("\n\n")[0]
 PROG = "parley-cli bench calibration"
 #: The fields compared, with how the table shows them.
 FIELDS = (("stt_s", "STT 10 s"), ("stt_30s_s", "STT 30 s"),
-          ("llm_first_token_s", "LLM 1st token"), ("llm_tokens_per_s", "LLM tok/s"))
+          ("llm_turn_first_token_s", "LLM turn 1st"), ("llm_first_token_s", "LLM 1st turn"),
+          ("llm_tokens_per_s", "LLM tok/s"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,8 +90,10 @@ def measure_rung(ladder: Ladder, rung_id: str, layers: int | None, root: Path | 
     source = rw.build_random_causal_lm(rw.random_folder(name, layers, root), name, layers)
     onnx = converted_folder(str(source), "int4",
                             lambda _f, text: print(f"  {text}", file=sys.stderr, flush=True))
-    first, step = kernels.time_onnx_genai(onnx, LLM_PROMPT_TOKENS, LLM_DECODE_TOKENS, threads)
-    return RungCost(rung_id, "cpu", llm_first_token_s=first, llm_tokens_per_s=1 / step)
+    first, step, turn = kernels.time_onnx_genai(onnx, LLM_PROMPT_TOKENS, LLM_DECODE_TOKENS, threads,
+                                                turn_tokens=LLM_TURN_TOKENS)
+    return RungCost(rung_id, "cpu", llm_first_token_s=first, llm_tokens_per_s=1 / step,
+                    llm_turn_first_token_s=turn)
 
 
 def format_check(rows: list[tuple[RungCost, RungCost]]) -> str:
@@ -127,7 +131,8 @@ def _run(args: argparse.Namespace) -> int:
     root = Path(args.root).expanduser() if args.root else None
     subset = Ladder(ladder.path, tuple(r for r in ladder.rungs if r.id in ids))
     print(f"{PROG}: calibrating ({len(ids)} rungs)...", file=sys.stderr, flush=True)
-    calibration = calibrate("cpu", ladder=subset, layers=args.random_layers)
+    # Not stored: a calibration of some rungs must not replace the one auto reads.
+    calibration = calibrate("cpu", ladder=subset, layers=args.random_layers, store=False)
     print(format_calibration(calibration), file=sys.stderr, flush=True)
     rows = []
     for rung_id in ids:
@@ -144,6 +149,8 @@ def _run(args: argparse.Namespace) -> int:
                              for p, m in rows]}, sys.stdout, indent=1)
         print()
     else:
-        print(f"calibration took {calibration.took_s:.1f} s on {calibration.machine}")
+        print(f"calibration took {calibration.took_s:.1f} s on {calibration.machine}"
+              + (f" (busy: load average {calibration.load:.1f} as it began)"
+                 if calibration.busy and calibration.load is not None else ""))
         print(format_check(rows))
     return 0

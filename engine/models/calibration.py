@@ -13,12 +13,16 @@ needs no weights from the hub and no torch. How (``engine.models.kernels``):
   layer count. The shapes, and so the kernels' efficiency, are the real ones.
 - **LLM** (onnx-genai, int4): onnxruntime's ``MatMulNBits`` timed on one decoder layer's
   weight shapes and on the output head (whose logits the builder's graph computes for
-  every prompt position), for one token and for 64, scaled to the rung's layers and the
-  ~300-token prompt of a voice turn. What a real decode adds per layer beyond its matrix
-  products (attention, norms, the KV cache in and out) comes from the bundled SmolLM2-135M
-  conversion when it is on this machine (``ANCHOR``): its measured prefill and decode
-  against the same kernel model give a prefill factor and a per-layer decode overhead.
-  Without that conversion the LLM figures are the matrix products alone (optimistic).
+  every prompt position), for one token, for a turn's new tokens and for 64, scaled to
+  the rung's layers. Two first-token figures: a **later turn** (``LLM_TURN_TOKENS`` new
+  tokens on top of the conversation's KV cache, which the onnx-genai session keeps and
+  reuses across turns: what the budget is spent on) and the **first turn** (the whole
+  ~300-token prompt on an empty cache). What a real decode adds beyond its matrix products
+  (attention over the cache, norms, the KV cache in and out) comes from the bundled
+  SmolLM2-135M conversion when it is on this machine: its measured prefill, turn and
+  decode against the same kernel model give a prefill factor, a turn factor and a
+  per-layer decode overhead. Without that conversion the LLM figures are the matrix
+  products alone (optimistic).
 - **TTS** (Piper): the bundled joe voice (medium) speaks a first clause; a Piper rung is
   that time scaled by its parameters and its sample rate (16 kHz for low, 22.05 kHz for
   medium and high): an estimate, since the voices' graphs differ beyond their size.
@@ -47,11 +51,15 @@ from engine.backends.ladder import Ladder, Rung, load_ladder
 
 log = logging.getLogger(__name__)
 
-SCHEMA = 1
+SCHEMA = 2  # 2: the later-turn LLM figure (llm_turn_first_token_s)
 STT_WINDOW_FRAMES = 1000  # the fitted window: 10 s of 10 ms frames (stt.min_window_s)
 STT_FALLBACK_FRAMES = 3000  # the 30 s window an unsure fitted decode goes back to
 STT_TOKENS = 24
-LLM_PROMPT_TOKENS = 300  # a voice turn's prompt with the system prompt
+LLM_PROMPT_TOKENS = 300  # the first turn's prompt with the system prompt, on an empty cache
+#: What a later turn prefills on the critical path: the bundled stack's jfk.flac turn
+#: prefilled 14 new tokens in each of two runs (``llm_prompt_tokens``; the system prompt,
+#: earlier turns and the speculative transcript were already in the KV cache), rounded up.
+LLM_TURN_TOKENS = 16
 LLM_ROWS = 64  # prefill kernels are timed on this many tokens and scaled (linear above ~32)
 LLM_DECODE_TOKENS = 12
 HEAD_ROWS = 16384
@@ -69,9 +77,11 @@ class RungCost:
     device_kind: str
     stt_s: float | None = None  # one STT call at the fitted 10 s window (encode + ~24 greedy tokens)
     stt_30s_s: float | None = None  # the same at the 30 s fallback window
-    llm_first_token_s: float | None = None  # prompt of a typical voice turn (~300 tokens with system prompt)
+    llm_first_token_s: float | None = None  # first turn: the ~300-token prompt on an empty cache
     llm_tokens_per_s: float | None = None
     tts_first_chunk_s: float | None = None  # first clause (~3-6 words)
+    #: A later turn: LLM_TURN_TOKENS new tokens on top of the conversation's KV cache.
+    llm_turn_first_token_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +93,16 @@ class Calibration:
     device_kind: str
     took_s: float
     costs: dict[str, RungCost] = field(default_factory=dict)  # by rung id
+    #: The 1-minute load average as the measuring began (None: not known on this system):
+    #: other work on the cores inflates every figure (``busy``).
+    load: float | None = None
+
+    @property
+    def busy(self) -> bool:
+        """Whether other work already kept every core busy when the measuring began."""
+        from engine.runtime.compute_gate import cpu_cores
+
+        return self.load is not None and self.load >= cpu_cores()
 
 
 # --------------------------------------------------------------------- the cache
@@ -153,15 +173,17 @@ def _store(calibration: Calibration, path: Path) -> None:
 
 # ---------------------------------------------------------------------- measuring
 def calibrate(device_kind: str, *, ladder: Ladder | None = None, cache_dir: Path | None = None,
-              layers: int | None = None) -> Calibration:
+              layers: int | None = None, store: bool = True) -> Calibration:
     """Measure this machine and cache the result (overwriting an older one). ``layers``:
     predict the rungs shrunk to that many layers per stack (as ``--random-layers`` builds
-    them), for tests and checks."""
+    them), for tests and checks. ``store`` false: cache nothing (a check of part of the
+    ladder must not replace the calibration ``auto`` reads)."""
     if device_kind not in ("cpu", "cuda", "mps", "mlx"):
         raise ConfigError(f"calibrate: device kind {device_kind!r} is not one of cpu, cuda, mps, mlx")
     if layers is not None and layers < 1:
         raise ConfigError(f"calibrate: layers must be at least 1, got {layers}")
     ladder = ladder or load_ladder()
+    load = _load_average()
     started = time.perf_counter()
     costs: dict[str, RungCost] = {}
     with tempfile.TemporaryDirectory(prefix="parley-calibration-") as work:
@@ -175,9 +197,17 @@ def calibrate(device_kind: str, *, ladder: Ladder | None = None, cache_dir: Path
             estimate = {"stt": stt, "llm": llm, "tts": tts}[rung.stage]
             costs[rung.id] = RungCost(rung.id, device_kind, **estimate.cost(rung, build.backend))
     calibration = Calibration(machine_fingerprint(device_kind), parley_version(), device_kind,
-                              round(time.perf_counter() - started, 2), costs)
-    _store(calibration, cache_file(device_kind, cache_dir=cache_dir, layers=layers))
+                              round(time.perf_counter() - started, 2), costs, load)
+    if store:
+        _store(calibration, cache_file(device_kind, cache_dir=cache_dir, layers=layers))
     return calibration
+
+
+def _load_average() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):  # not on this system (Windows)
+        return None
 
 
 def _config(rung: Rung) -> dict:
@@ -257,48 +287,55 @@ class _LlmCosts:
     def __init__(self, device_kind: str, layers: int | None) -> None:
         self.device_kind, self.layers = device_kind, layers
         self.kernels: dict[tuple, dict[int, float]] = {}
-        self._anchor: tuple[float, float] | None = None
+        self._anchor: tuple[float, float, float] | None = None
 
     def cost(self, rung: Rung, backend: str) -> dict[str, float]:
         if backend != "onnx-genai" or self.device_kind != "cpu":
             return {}
         shape = kernels.DecoderShape.of(_config(rung))
         layers = self.layers or shape.layers
-        prefill, step = self.matmuls(shape, layers)
-        factor, overhead = self.anchor()
+        prefill, step, turn = self.matmuls(shape, layers)
+        factor, overhead, turn_factor = self.anchor()
         return {"llm_first_token_s": prefill * factor,
-                "llm_tokens_per_s": 1 / (step + layers * overhead)}
+                "llm_tokens_per_s": 1 / (step + layers * overhead),
+                "llm_turn_first_token_s": turn * turn_factor}
 
-    def matmuls(self, shape: kernels.DecoderShape, layers: int) -> tuple[float, float]:
-        """(prefill seconds of the prompt, seconds per decoded token) of the matrix products."""
+    def matmuls(self, shape: kernels.DecoderShape, layers: int) -> tuple[float, float, float]:
+        """(prefill seconds of the first turn's prompt, seconds per decoded token, prefill
+        seconds of a later turn's new tokens) of the matrix products."""
         layer = self._time(shape.layer_matmuls())
         # The head's cost is linear in its rows (the vocabulary): timed on a slice of it,
         # since drawing and multiplying all 152k rows of a Qwen head took seconds.
         rows = min(shape.vocab, HEAD_ROWS)
         head = {m: t * shape.vocab / rows for m, t in self._time([(shape.hidden, rows)]).items()}
         scale = LLM_PROMPT_TOKENS / LLM_ROWS
-        return (layers * layer[LLM_ROWS] + head[LLM_ROWS]) * scale, layers * layer[1] + head[1]
+        return ((layers * layer[LLM_ROWS] + head[LLM_ROWS]) * scale, layers * layer[1] + head[1],
+                layers * layer[LLM_TURN_TOKENS] + head[LLM_TURN_TOKENS])
 
     def _time(self, shapes: list[tuple[int, int]]) -> dict[int, float]:
         key = tuple(shapes)
         if key not in self.kernels:
-            self.kernels[key] = kernels.matmul_times(shapes, (1, LLM_ROWS), threads=_threads())
+            self.kernels[key] = kernels.matmul_times(shapes, (1, LLM_TURN_TOKENS, LLM_ROWS),
+                                                     threads=_threads())
         return self.kernels[key]
 
-    def anchor(self) -> tuple[float, float]:
-        """(prefill factor, decode seconds per layer) that a real decode adds to its matrix
-        products, from the bundled SmolLM2-135M conversion; (1, 0) without it."""
+    def anchor(self) -> tuple[float, float, float]:
+        """(first-turn prefill factor, decode seconds per layer, later-turn prefill factor)
+        that a real decode adds to its matrix products, from the bundled SmolLM2-135M
+        conversion; (1, 0, 1) without it."""
         if self._anchor is None:
-            measured = kernels.measure_bundled_llm(LLM_PROMPT_TOKENS, LLM_DECODE_TOKENS, _threads())
+            measured = kernels.measure_bundled_llm(LLM_PROMPT_TOKENS, LLM_DECODE_TOKENS, _threads(),
+                                                   turn_tokens=LLM_TURN_TOKENS)
             if measured is None:
                 log.warning("calibrate: the bundled SmolLM2-135M has no onnx-genai conversion "
                             "on this machine; LLM figures count the matrix products only")
-                self._anchor = (1.0, 0.0)
+                self._anchor = (1.0, 0.0, 1.0)
             else:
-                shape, first_token_s, token_s = measured
-                prefill, step = self.matmuls(shape, shape.layers)
+                shape, first_token_s, token_s, turn_s = measured
+                prefill, step, turn = self.matmuls(shape, shape.layers)
                 self._anchor = (max(1.0, first_token_s / prefill),
-                                max(0.0, (token_s - step) / shape.layers))
+                                max(0.0, (token_s - step) / shape.layers),
+                                max(1.0, turn_s / turn))
         return self._anchor
 
 
@@ -341,10 +378,16 @@ def format_calibration(calibration: Calibration) -> str:
 
     lines = [f"calibration of {calibration.machine} (Parley {calibration.parley_version}, "
              f"{calibration.device_kind}) took {calibration.took_s:.1f} s",
-             f"{'rung':<26} {'STT 10 s':>9} {'STT 30 s':>9} {'LLM 1st tok':>11} "
-             f"{'LLM tok/s':>9} {'TTS 1st':>8}"]
+             *([f"WARNING: the machine was busy as it began (load average {calibration.load:.1f}): "
+                "every figure is inflated; run parley-cli calibrate --again when it is idle"]
+               if calibration.busy else []),
+             f"{'rung':<26} {'STT 10 s':>9} {'STT 30 s':>9} {'LLM turn':>9} {'LLM 1st turn':>12} "
+             f"{'LLM tok/s':>9} {'TTS 1st':>8}",
+             f"(LLM turn: first token of a later turn, {LLM_TURN_TOKENS} new tokens on the kept "
+             f"KV cache; LLM 1st turn: a {LLM_PROMPT_TOKENS}-token prompt on an empty cache)"]
     for cost in calibration.costs.values():
         rate = "-" if cost.llm_tokens_per_s is None else f"{cost.llm_tokens_per_s:.1f}"
         lines.append(f"{cost.rung_id:<26} {ms(cost.stt_s):>9} {ms(cost.stt_30s_s):>9} "
-                     f"{ms(cost.llm_first_token_s):>11} {rate:>9} {ms(cost.tts_first_chunk_s):>8}")
+                     f"{ms(cost.llm_turn_first_token_s):>9} {ms(cost.llm_first_token_s):>12} "
+                     f"{rate:>9} {ms(cost.tts_first_chunk_s):>8}")
     return "\n".join(lines)

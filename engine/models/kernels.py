@@ -316,11 +316,11 @@ def matmul_times(shapes: list[tuple[int, int]], rows: tuple[int, ...], *, repeat
     return times
 
 
-def measure_bundled_llm(prompt_tokens: int, decode_tokens: int, threads: int
-                        ) -> tuple[DecoderShape, float, float] | None:
-    """(its shape, seconds to the first token of a ``prompt_tokens`` prompt, seconds per
-    decoded token) of the bundled SmolLM2-135M on the onnx-genai backend's own decode
-    loop; None when its conversion is not on this machine (converting takes ~45 s)."""
+def measure_bundled_llm(prompt_tokens: int, decode_tokens: int, threads: int, *,
+                        turn_tokens: int) -> tuple[DecoderShape, float, float, float] | None:
+    """(its shape, then ``time_onnx_genai``'s three figures) of the bundled SmolLM2-135M on
+    the onnx-genai backend's own decode loop; None when its conversion is not on this
+    machine (converting takes ~45 s)."""
     from engine.backends.llm.onnx_convert import existing_conversion
     from engine.backends.llm.onnx_genai import bundled_model
 
@@ -329,27 +329,36 @@ def measure_bundled_llm(prompt_tokens: int, decode_tokens: int, threads: int
     if folder is None:
         return None
     return onnx_decoder_shape(folder), *time_onnx_genai(folder, prompt_tokens, decode_tokens,
-                                                          threads)
+                                                          threads, turn_tokens=turn_tokens)
 
 
 def time_onnx_genai(folder: Path, prompt_tokens: int, decode_tokens: int, threads: int,
-                    repeats: int = 1) -> tuple[float, float]:
-    """(seconds to the first token of a ``prompt_tokens`` prompt, seconds per decoded
-    token) of the onnx-genai model in ``folder`` on the backend's own decode loop (the
-    KV cache in and out of each call as the backend keeps it); medians of ``repeats``."""
+                    repeats: int = 1, *, turn_tokens: int = 16) -> tuple[float, float, float]:
+    """(seconds to the first token of a ``prompt_tokens`` prompt on an empty cache, seconds
+    per decoded token, seconds to the first token of ``turn_tokens`` new tokens on top of
+    that prompt's cache) of the onnx-genai model in ``folder`` on the backend's own decode
+    loop (the KV cache in and out of each call as the backend keeps it); medians of
+    ``repeats``. The third is a later turn: the backend keeps the conversation's cache and
+    prefills only the tokens a turn adds (``OnnxGenaiSession``)."""
     llm = _open_onnx_genai(folder, threads)
-    ids = [int(i) for i in np.random.default_rng(2).integers(100, 40000, prompt_tokens)]
+    rng = np.random.default_rng(2)
+    ids = [int(i) for i in rng.integers(100, 40000, prompt_tokens)]
+    turn = [int(i) for i in rng.integers(100, 40000, max(1, turn_tokens))]
     llm.run(ids[:16], llm.decoder.empty_cache(), 0)  # warm-up
-    firsts, steps = [], []
+    firsts, steps, turns = [], [], []
     for _ in range(max(1, repeats)):
         started = time.perf_counter()
         logits, cache = llm.run(ids, llm.decoder.empty_cache(), 0)
         firsts.append(time.perf_counter() - started)
+        # run() returns a new cache and leaves the one it was given as it was.
+        started = time.perf_counter()
+        llm.run(turn, cache, prompt_tokens)
+        turns.append(time.perf_counter() - started)
         started = time.perf_counter()
         for step in range(decode_tokens):
             logits, cache = llm.run([int(np.argmax(logits))], cache, prompt_tokens + step)
         steps.append((time.perf_counter() - started) / decode_tokens)
-    return statistics.median(firsts), statistics.median(steps)
+    return statistics.median(firsts), statistics.median(steps), statistics.median(turns)
 
 
 def _open_onnx_genai(folder: Path, threads: int):

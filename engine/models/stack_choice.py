@@ -25,8 +25,10 @@ candidates to that backend's builds. With no calibration of this device kind, no
 chosen by budget: every stage says so and ``auto`` keeps its default by name.
 
 A stage's cost on the median turn: STT, one call at the fitted window (``stt_s``); LLM,
-the first token plus the first clause's tokens (``FIRST_CLAUSE_TOKENS``) at the measured
-rate; TTS, the first chunk. Only data here: no model, no heavy import.
+a later turn's first token (the new tokens on the kept KV cache,
+``llm_turn_first_token_s``; the first turn's whole prompt is slower and happens once) plus
+the first clause's tokens (``FIRST_CLAUSE_TOKENS``) at the measured rate; TTS, the first
+chunk. Only data here: no model, no heavy import.
 """
 
 from __future__ import annotations
@@ -155,9 +157,13 @@ def stage_cost(stage: str, cost: RungCost) -> float | None:
     if stage == "stt":
         return cost.stt_s
     if stage == "llm":
-        if cost.llm_first_token_s is None or not cost.llm_tokens_per_s:
+        # A later turn's first token (the KV cache kept from the turns before), the median
+        # turn's; a calibration without it has only the first turn's, which is slower.
+        first = (cost.llm_turn_first_token_s if cost.llm_turn_first_token_s is not None
+                 else cost.llm_first_token_s)
+        if first is None or not cost.llm_tokens_per_s:
             return None
-        return cost.llm_first_token_s + FIRST_CLAUSE_TOKENS / cost.llm_tokens_per_s
+        return first + FIRST_CLAUSE_TOKENS / cost.llm_tokens_per_s
     return cost.tts_first_chunk_s
 
 
@@ -355,6 +361,10 @@ def _explain_budget(stage: str, pool: list[Candidate], chosen: Candidate, share:
                f"{share:.2f} s share of the {budget_s:.2f} s budget")
     if stage == "stt" and chosen.measured is not None and chosen.measured.stt_30s_s is not None:
         why += f" (an unsure decode re-runs at 30 s: {chosen.measured.stt_30s_s:.2f} s)"
+    first = chosen.measured.llm_first_token_s if chosen.measured is not None else None
+    if stage == "llm" and first is not None and chosen.measured is not None \
+            and chosen.measured.llm_turn_first_token_s is not None:
+        why += f" (a conversation's first turn prefills the whole prompt: {first:.2f} s to its first token)"
     return StageChoice(stage, BUDGET, why, chosen, _runner_up(stage, pool, chosen), share, warning,
                        fix)
 

@@ -14,7 +14,8 @@ import pytest
 
 from engine.bench import random_weights as rw
 from engine.bench.calibration_check import format_check, runnable, selected
-from engine.bench.random_stack import END_OF_TURN, chain, hub_config_name
+from engine.bench.random_stack import (END_OF_TURN, FROM_BUNDLED, chain, hub_config_name,
+                                       stacks_to_time)
 from engine.cli.main import main
 from engine.config import EngineConfig
 from engine.errors import ConfigError
@@ -52,7 +53,16 @@ def test_the_ct2_whisper_loads_on_faster_whisper_with_its_real_width(root):
     noise = np.random.default_rng(0).standard_normal(16000 * 2).astype(np.float32) * 0.1
     result = stt.transcribe(noise, language="en", fit_window_s=10.0)
     assert result.text.strip()  # random tokens up to the bound: random words, but words
+    # Random words loop to the decode bound: the fitted decode is set aside for 30 s.
+    assert stt.fitted.fallbacks == 1 and not stt.fitted.random_weights
     assert rw.build_random_ct2_whisper(folder, layers=1) == folder  # built once, reused
+    # The bench's copy keeps the fitted decode, at the length it is given.
+    stt.fitted = stt.fitted.timing_random_weights(5)
+    kept = stt.fitted.decode(noise, "en", 1, 10.0)
+    assert kept is not None and kept.kept and not kept.looped and stt.fitted.fallbacks == 0
+    assert 0 < len(stt._model.hf_tokenizer.encode(kept.text, add_special_tokens=False).ids) <= 8
+    with pytest.raises(ValueError, match="tokens must be at least 1"):
+        stt.fitted.timing_random_weights(0)
 
 
 @pytest.mark.slow
@@ -74,32 +84,54 @@ def test_the_random_llm_runs_on_onnx_genai_int4(root):
 
 @pytest.mark.slow
 def test_bench_weights_random_reports_the_chain(root):
+    # Two random stacks (--compare) beside the bundled one, in one run.
     result = run_cli("bench", AUDIO, "--weights", "random", "--random-layers", "1", "--root",
-                     str(root), "--runs", "1", "--json", timeout=900)
+                     str(root), "--runs", "1", "--compare",
+                     "stt=whisper-tiny.en,whisper-large-v3-turbo", "--json", timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "RANDOM weights" in result.stderr
     data = json.loads(result.stdout)
-    assert (data["stt"], data["llm"]) == ("whisper-large-v3-turbo", "smollm2-360m-instruct")
-    parts = data["chain"]
-    assert parts["voice_to_voice_s"] == pytest.approx(
-        sum(v for k, v in parts.items() if k != "voice_to_voice_s"), abs=1e-3)
-    assert parts["stt_s"] > 0 and parts["tts_first_chunk_s"] > 0
-    assert set(data["turns"]) == {"bundled", "random"}
+    assert [(s["stt"], s["llm"]) for s in data["stacks"]] == [
+        ("whisper-tiny.en", "smollm2-360m-instruct"),
+        ("whisper-large-v3-turbo", "smollm2-360m-instruct")]
+    for stack in data["stacks"]:
+        parts = stack["chain"]
+        assert parts["voice_to_voice_s"] == pytest.approx(
+            sum(v for k, v in parts.items() if k != "voice_to_voice_s"), abs=1e-3)
+        assert parts["stt_s"] > 0 and parts["tts_first_chunk_s"] > 0
+    assert data["chain"] == data["stacks"][0]["chain"]
+    assert set(data["turns"]) == {"bundled", "random whisper-tiny.en+smollm2-360m-instruct",
+                                  "random whisper-large-v3-turbo+smollm2-360m-instruct"}
+    # The random Whisper's decodes were kept on the fitted window, and the output says so.
+    assert "fitted window, each random transcript" in data["stt_window"]
 
 
 # -- the chain and the argument checks (nothing loads) -----------------------------------
 
-def _turn(scale: float) -> dict:
-    return {"critical_path": {s.value: scale * (i + 1) for i, s in enumerate(Segment)}}
+def _turn(scale: float, rate: float | None = None) -> dict:
+    return {"critical_path": {s.value: scale * (i + 1) for i, s in enumerate(Segment)},
+            "llm_tokens_per_s": rate}
 
 
-def test_the_chain_takes_the_end_of_turn_wait_from_the_bundled_models():
+def test_the_chain_takes_the_end_of_turn_wait_and_the_voice_from_the_bundled_models():
     parts = chain(_turn(1.0), _turn(100.0))
     for i, segment in enumerate(Segment):
-        expected = (1.0 if segment in END_OF_TURN else 100.0) * (i + 1)
-        assert parts[segment.value] == pytest.approx(expected)
+        expected = (1.0 if segment in FROM_BUNDLED else 100.0) * (i + 1)
+        assert parts[segment.value] == pytest.approx(expected), segment
     assert parts["voice_to_voice_s"] == pytest.approx(sum(parts[s.value] for s in Segment))
     assert Segment.SILENCE_WAIT in END_OF_TURN and Segment.STT not in END_OF_TURN
+    assert Segment.TTS_FIRST_CHUNK in FROM_BUNDLED and Segment.LLM_FIRST_TOKEN not in FROM_BUNDLED
+
+
+def test_the_first_clause_is_the_real_clauses_tokens_at_the_random_rate():
+    clause = list(Segment).index(Segment.LLM_FIRST_CLAUSE) + 1
+    # The bundled clause: 0.1 s at 60 tokens/s, 6 tokens; the random model decodes 20/s.
+    bundled = _turn(0.1 / clause, rate=60.0)
+    parts = chain(bundled, _turn(100.0, rate=20.0))
+    assert parts[Segment.LLM_FIRST_CLAUSE.value] == pytest.approx(6 / 20)
+    # Without a rate the random turn's own span stands.
+    parts = chain(bundled, _turn(100.0))
+    assert parts[Segment.LLM_FIRST_CLAUSE.value] == pytest.approx(100.0 * clause)
 
 
 @pytest.mark.parametrize(("stage", "rung", "fragment"), [
@@ -112,11 +144,34 @@ def test_a_rung_that_is_not_on_this_runtime_is_refused(stage, rung, fragment):
         hub_config_name(stage, rung)
 
 
+def test_compare_lists_the_stacks_to_time():
+    assert stacks_to_time("a", "x", []) == [("a", "x")]
+    assert stacks_to_time("a", "x", ["stt=b,c"]) == [("b", "x"), ("c", "x")]
+    assert stacks_to_time("a", "x", ["llm=y,z"]) == [("a", "y"), ("a", "z")]
+    assert stacks_to_time("a", "x", ["stt=b,c", "llm=y,z"]) == [("b", "y"), ("c", "z")]
+
+
+@pytest.mark.parametrize(("flags", "fragment"), [
+    (["tts=a,b"], "expected stt=RUNG,RUNG or llm=RUNG,RUNG"),
+    (["stt"], "expected stt=RUNG,RUNG"),
+    (["stt=b"], "name at least two stt rungs"),
+    (["stt=b,c", "stt=d,e"], "stt= is given twice"),
+    (["stt=b,c", "llm=y,z,w"], "stt= lists 2 rungs and llm= 3"),
+    (["stt=b,b"], "the stack b \\+ x is listed twice"),
+])
+def test_a_bad_compare_names_the_flag(flags, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        stacks_to_time("a", "x", flags)
+
+
 def test_bad_flags_fail_before_anything_is_built(capsys, tmp_path):
     code = main(["bench", AUDIO, "--weights", "random", "--llm", "kokoro-82m", "--root", str(tmp_path)])
     assert code != 0 and "--llm 'kokoro-82m'" in capsys.readouterr().err
     code = main(["bench", AUDIO, "--weights", "random", "--runs", "0", "--root", str(tmp_path)])
     assert code != 0 and "--runs must be at least 1" in capsys.readouterr().err
+    code = main(["bench", AUDIO, "--weights", "random", "--compare", "stt=whisper-base.en,qwen3-0.6b",
+                 "--root", str(tmp_path)])
+    assert code != 0 and "--stt 'qwen3-0.6b' is not a stt rung" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
 
 
@@ -133,9 +188,12 @@ def test_bench_calibration_times_the_rungs_that_run_here():
 def test_the_check_table_gives_the_ratio_per_figure():
     rows = [(RungCost("whisper-tiny.en", "cpu", stt_s=0.1, stt_30s_s=0.3),
              RungCost("whisper-tiny.en", "cpu", stt_s=0.12, stt_30s_s=0.3)),
-            (RungCost("qwen3-0.6b", "cpu", llm_first_token_s=1.0, llm_tokens_per_s=10.0),
-             RungCost("qwen3-0.6b", "cpu", llm_first_token_s=0.5, llm_tokens_per_s=12.5))]
+            (RungCost("qwen3-0.6b", "cpu", llm_first_token_s=1.0, llm_tokens_per_s=10.0,
+                      llm_turn_first_token_s=0.2),
+             RungCost("qwen3-0.6b", "cpu", llm_first_token_s=0.5, llm_tokens_per_s=12.5,
+                      llm_turn_first_token_s=0.3))]
     lines = format_check(rows).splitlines()
     assert lines[1].endswith("1.20") and lines[2].endswith("1.00")
-    assert lines[3].endswith("0.50") and "10.0" in lines[4] and lines[4].endswith("1.25")
-    assert len(lines) == 5  # the fields a row has no figure for are left out
+    assert "LLM turn 1st" in lines[3] and lines[3].endswith("1.50")
+    assert lines[4].endswith("0.50") and "10.0" in lines[5] and lines[5].endswith("1.25")
+    assert len(lines) == 6  # the fields a row has no figure for are left out

@@ -40,8 +40,10 @@ def test_each_rung_gets_the_figures_of_its_stage(measured):
     assert list(calibration.costs) == list(RUNGS)
     stt, llm = calibration.costs["whisper-tiny.en"], calibration.costs["smollm2-360m-instruct"]
     assert stt.stt_s > 0 and stt.stt_30s_s > 0
-    assert (stt.llm_first_token_s, stt.llm_tokens_per_s, stt.tts_first_chunk_s) == (None, None, None)
-    assert llm.llm_first_token_s > 0 and llm.llm_tokens_per_s > 0
+    assert (stt.llm_first_token_s, stt.llm_tokens_per_s, stt.tts_first_chunk_s,
+            stt.llm_turn_first_token_s) == (None, None, None, None)
+    # Both first tokens: a later turn's (new tokens on the kept cache) and the first turn's.
+    assert llm.llm_first_token_s > 0 and llm.llm_tokens_per_s > 0 and llm.llm_turn_first_token_s > 0
     assert (llm.stt_s, llm.stt_30s_s, llm.tts_first_chunk_s) == (None, None, None)
     assert calibration.costs["piper-lessac-medium"].tts_first_chunk_s > 0
     # No cost model for Kokoro yet: every figure is None, never a guess.
@@ -62,6 +64,7 @@ def test_the_machine_is_named_in_the_fingerprint(measured):
     assert calibration.machine == cal.machine_fingerprint("cpu")
     assert "cores" in calibration.machine and calibration.machine.endswith("; cpu")
     assert calibration.parley_version == cal.parley_version() and calibration.took_s > 0
+    assert calibration.load is not None and calibration.load >= 0  # Linux has a load average
 
 
 def test_the_cache_is_hit_for_the_same_machine_and_version(measured):
@@ -101,6 +104,14 @@ def test_nothing_cached_is_none(tmp_path):
     assert cal.cached_calibration("cpu", cache_dir=tmp_path) is None
 
 
+def test_a_calibration_not_stored_leaves_the_cache_alone(ladder, tmp_path):
+    # bench calibration measures part of the ladder: it must not replace auto's calibration.
+    part = Ladder(ladder.path, tuple(r for r in ladder.rungs if r.id == "whisper-tiny.en"))
+    calibration = cal.calibrate("cpu", ladder=part, cache_dir=tmp_path, layers=1, store=False)
+    assert list(calibration.costs) == ["whisper-tiny.en"]
+    assert cal.cached_calibration("cpu", cache_dir=tmp_path, layers=1) is None
+
+
 @pytest.mark.parametrize(("kind", "layers", "fragment"), [
     ("tpu", None, "device kind 'tpu' is not one of cpu, cuda, mps, mlx"),
     ("cpu", 0, "layers must be at least 1, got 0"),
@@ -116,7 +127,19 @@ def test_the_table_has_a_row_per_rung_and_the_time_taken(measured):
     for rung in RUNGS:
         assert any(line.startswith(rung) for line in text.splitlines())
     kokoro = next(line for line in text.splitlines() if line.startswith("kokoro-82m"))
-    assert kokoro.split()[1:] == ["-"] * 5
+    assert kokoro.split()[1:] == ["-"] * 6
+
+
+def test_a_calibration_begun_on_a_busy_machine_says_its_figures_are_inflated(monkeypatch):
+    from engine.runtime import compute_gate
+
+    monkeypatch.setattr(compute_gate, "cpu_cores", lambda: 2)
+    quiet = cal.Calibration("m", "v", "cpu", 10.0, {}, load=0.4)
+    busy = cal.Calibration("m", "v", "cpu", 80.0, {}, load=9.5)
+    assert not quiet.busy and busy.busy and not cal.Calibration("m", "v", "cpu", 1.0).busy
+    assert "WARNING" not in cal.format_calibration(quiet)
+    assert ("WARNING: the machine was busy as it began (load average 9.5): every figure is "
+            "inflated") in cal.format_calibration(busy)
 
 
 def test_the_kernel_whisper_has_the_config_width(tmp_path):

@@ -104,6 +104,28 @@ def test_a_middle_machine_fits_the_turn_in_the_budget_and_grows_with_it(ladder):
     assert runner.cost_s is not None and share is not None and runner.cost_s > share
 
 
+def test_the_llm_is_sized_by_a_later_turns_first_token_not_the_first_turns(ladder):
+    from dataclasses import replace
+
+    from engine.models.stack_choice import FIRST_CLAUSE_TOKENS, stage_cost
+
+    cold = RungCost("smollm2-360m-instruct", "cpu", llm_first_token_s=1.2, llm_tokens_per_s=30.0)
+    assert stage_cost("llm", cold) == pytest.approx(1.2 + FIRST_CLAUSE_TOKENS / 30)
+    warm = replace(cold, llm_turn_first_token_s=0.05)
+    assert stage_cost("llm", warm) == pytest.approx(0.05 + FIRST_CLAUSE_TOKENS / 30)
+    # A machine whose first turns are slow but whose later turns are quick gets a larger
+    # LLM than one that knew only the first turn's cost.
+    base = machine(ladder, 1.0)
+    only_first = choose_stack(ladder, base, "cpu")
+    kept_cache = {rid: (replace(c, llm_turn_first_token_s=c.llm_first_token_s / 20)
+                        if c.llm_first_token_s is not None else c) for rid, c in base.costs.items()}
+    later = choose_stack(ladder, replace(base, costs=kept_cache), "cpu")
+    assert chosen(later, "llm").rung.parameters > chosen(only_first, "llm").rung.parameters
+    # The first turn's figure is kept beside it, and said.
+    assert "first turn prefills the whole prompt" in later.stages["llm"].why
+    assert "first turn" not in only_first.stages["llm"].why
+
+
 def test_the_llm_prefers_a_tool_capable_multilingual_model_where_it_fits(ladder):
     choice = choose_stack(ladder, machine(ladder, 0.5), "cpu", budget_s=1.2)
     llm = chosen(choice, "llm").rung

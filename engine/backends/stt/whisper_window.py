@@ -37,6 +37,12 @@ sub-frame leads (280 segments, 1976 words), the fitted decodes scored -0.04 to -
 (median -0.10) and the ones with errors -0.13 to -0.39; below -0.3, 11 of 280 segments
 (3.9 %) go to the 30 s window and the WER drops from 2.94 % to 2.53 % (30 s everywhere:
 2.38 %). Each such turn pays one 30 s decode more (~200-370 ms on 2 cores).
+
+Random weights (``parley-cli bench --weights random``, and nothing else) never stop and are
+never sure, so every decode of theirs would loop to its bound and go to the 30 s window,
+which a real model does on a few turns in a hundred. ``FittedWhisper.timing_random_weights``
+gives the bench a copy that keeps every fitted decode at a real transcript's length, so the
+bench times the window the real model uses on most turns. No setting reaches it.
 """
 
 from __future__ import annotations
@@ -148,10 +154,13 @@ class FittedWhisper:
     per-call state, and the per-language tokenizers cached here are read-only.
     """
 
-    def __init__(self, model: WhisperModel) -> None:
+    def __init__(self, model: WhisperModel, *, random_weights_tokens: int | None = None) -> None:
         from faster_whisper.transcribe import get_suppressed_tokens
 
         self._model = model
+        #: Bench only (``timing_random_weights``): decode at most this many tokens and keep
+        #: every fitted decode, with no loop, doubt or no-speech verdict. None: off.
+        self._random_weights_tokens = random_weights_tokens
         self._multilingual = bool(model.model.is_multilingual)
         self._tokenizers: dict[str, Tokenizer] = {}
         # The suppressed set does not depend on the language or the task ((-1,): Whisper's
@@ -163,6 +172,20 @@ class FittedWhisper:
         #: decodes those on the 30 s window (``FasterWhisperStt.transcribe_live`` keeps
         #: an unsure one). A count for reports; concurrent calls may each add one.
         self.fallbacks = 0
+
+    def timing_random_weights(self, tokens: int) -> FittedWhisper:
+        """A copy for ``parley-cli bench --weights random`` only: a random-weight Whisper's
+        decode never stops and never is sure, so this copy decodes ``tokens`` tokens (a real
+        transcript's length) and keeps every fitted decode instead of going to the 30 s
+        window. Never for a real model: its loops and doubts would be kept."""
+        if tokens < 1:
+            raise ValueError(f"timing_random_weights: tokens must be at least 1, got {tokens}")
+        return FittedWhisper(self._model, random_weights_tokens=tokens)
+
+    @property
+    def random_weights(self) -> bool:
+        """Whether this is the bench's random-weight copy (``timing_random_weights``)."""
+        return self._random_weights_tokens is not None
 
     def _tokenizer(self, language: str) -> Tokenizer:
         tokenizer = self._tokenizers.get(language)
@@ -252,6 +275,8 @@ class FittedWhisper:
             context = tokenizer.encode(" " + previous.strip())[-MAX_PREVIOUS_TOKENS:]
             prompt = [tokenizer.sot_prev, *context, *prompt]
         budget = min(decode_budget(audio.size / SAMPLE_RATE), self._model.max_length - len(prompt))
+        if self._random_weights_tokens is not None:
+            budget = min(budget, self._random_weights_tokens)
         result = ct2.generate(
             memory, [prompt], beam_size=beam_size, patience=1.0, length_penalty=1.0,
             max_length=len(prompt) + budget, return_scores=True, return_no_speech_prob=True,
@@ -260,6 +285,9 @@ class FittedWhisper:
         tokens = result.sequences_ids[0]
         # faster-whisper's average log-probability, from the length-normalised score.
         avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
+        if self._random_weights_tokens is not None:  # random words: no verdict means anything
+            return FittedDecode(tokenizer.decode(tokens).strip(), kept=True, looped=False,
+                                language=language, language_probabilities=probabilities)
         if result.no_speech_prob > NO_SPEECH_THRESHOLD and avg_logprob < LOG_PROB_THRESHOLD:
             return FittedDecode("", kept=True, looped=False, language=language,
                                 language_probabilities=probabilities)
