@@ -16,7 +16,7 @@ from engine.backends.base import LlmStep, LoadRequest, SttResult, no_progress
 from engine.config import STAGES, EngineConfig, LlmConfig, SttConfig
 from engine.runtime.devices import CPU
 from engine.errors import ConfigError, DeviceError, MissingDependencyError, ModelError
-from engine.runtime.mlx_lock import MlxLock
+from engine.runtime.mlx_lock import MlxLock, working_for
 from tests.support.llm import options
 from tests.support.mlx import MLX, QUESTION
 
@@ -177,26 +177,29 @@ def test_stt_and_llm_on_two_threads_take_turns_on_the_lock(mlx_stt, mlx_llm, mlx
 
     def stt_work():
         try:
-            assert llm_running.wait(60)
-            for _ in range(2):
-                mlx_stt.transcribe(jfk_16k)
+            with working_for(0):  # as unit 0's STT stage thread works
+                assert llm_running.wait(60)
+                for _ in range(2):
+                    mlx_stt.transcribe(jfk_16k)
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
     def llm_work():
         try:
-            session = mlx_llm.new_session()
-            steps = []
-            for step in session.generate(QUESTION, options(12), _never):
-                steps.append(step)
-                llm_running.set()
-            replies.append("".join(s.text for s in steps))
+            with working_for(1):  # as unit 1's LLM stage thread works
+                session = mlx_llm.new_session()
+                steps = []
+                for step in session.generate(QUESTION, options(12), _never):
+                    steps.append(step)
+                    llm_running.set()
+                replies.append("".join(s.text for s in steps))
         except BaseException as exc:  # noqa: BLE001
             llm_running.set()
             errors.append(exc)
 
-    threads = [threading.Thread(target=stt_work, name="parley-u0-stt"),
-               threading.Thread(target=llm_work, name="parley-u1-llm")]
+    # Names of other units' stages: the label comes from working_for, never the name.
+    threads = [threading.Thread(target=stt_work, name="parley-u5-stt"),
+               threading.Thread(target=llm_work, name="parley-u6-llm")]
     for thread in threads:
         thread.start()
     deadline = time.monotonic() + 300
@@ -211,7 +214,7 @@ def test_stt_and_llm_on_two_threads_take_turns_on_the_lock(mlx_stt, mlx_llm, mlx
     for before, after in itertools.pairwise(ordered):
         assert after.acquired >= before.released, "two MLX holds overlapped"
     units = {(r.stage, r.unit) for r in records}
-    assert units == {("stt", 0), ("llm", 1)}  # units read from the stage thread names
+    assert units == {("stt", 0), ("llm", 1)}  # the units the threads work for, not their names
     assert snap.contended > 0
     assert sum(r.wait for r in records) == pytest.approx(snap.wait_total, abs=1e-6)
     by_stage = {s.stage: s for s in snap.stages}
