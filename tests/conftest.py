@@ -135,6 +135,18 @@ def whisper_base_multilingual() -> str:
     return folder
 
 
+@pytest.fixture
+def gate():
+    """A compute gate of one place and no hand-off, installed as the process's for the test
+    (the tests of the gate's users, the unit handle and the stages, share it)."""
+    from engine.runtime import compute_gate
+
+    mine = compute_gate.ComputeGate(1, handoff_s=0.0)
+    old = compute_gate.set_compute_gate(mine)
+    yield mine
+    compute_gate.set_compute_gate(old)
+
+
 @pytest.fixture(autouse=True)
 def _collect_qt_garbage(request):
     """After a Qt test, collect its garbage at once, while no worker thread runs.

@@ -7,7 +7,6 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import pytest
 
 from engine.pipeline.messages import Message
 from engine.pipeline.stage import Stage, StageContext
@@ -16,14 +15,6 @@ from engine.runtime.compute_gate import ComputeGate, UnitCompute, Urgency
 from engine.runtime.mlx_lock import MlxLock, waited_by_this_thread
 from tests.support.stage_harness import stage_context
 from tests.support.threads import WAIT_S, HeldGate, wait_for
-
-
-@pytest.fixture
-def gate():
-    mine = ComputeGate(1, handoff_s=0.0)
-    old = compute_gate.set_compute_gate(mine)
-    yield mine
-    compute_gate.set_compute_gate(old)
 
 
 def test_a_call_through_the_handle_waits_as_its_unit_whatever_its_thread_is_named(gate):

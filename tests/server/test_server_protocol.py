@@ -666,8 +666,9 @@ def test_manual_commit_answers_the_turn_and_absorbs_the_clients_response_create(
     assert types(sent).count("response.created") == 1
 
 
-def test_clear_forgets_the_turn_in_progress():
-    session, _unit, source, sent = make()
+def clear_speech_in_progress(session, source) -> None:
+    """Unit 3's user speaks (turn 4) and the client clears the input buffer: the source
+    passes the clear on, and the VAD's clear ends the speech and cancels the turn."""
     session.on_event(UserSpeaking(3, 4, True))
     handle(session, {"type": "input_audio_buffer.clear"})
     marker = source.read(0.0).marker
@@ -675,6 +676,11 @@ def test_clear_forgets_the_turn_in_progress():
     session.on_marker(marker)
     session.on_event(UserSpeaking(3, 4, False))  # the VAD's clear ends the speech...
     session.on_event(TurnCancelled(3, 4, "cleared"))
+
+
+def test_clear_forgets_the_turn_in_progress():
+    session, _unit, source, sent = make()
+    clear_speech_in_progress(session, source)
     assert "input_audio_buffer.cleared" in types(sent)
     assert "input_audio_buffer.committed" not in types(sent)  # ...without committing it
     assert "response.created" not in types(sent)

@@ -3,10 +3,9 @@ the one before leaks into it, and a turn's late transcript still finds its own i
 
 from __future__ import annotations
 
-from engine.audio.base import InputMarker
-from engine.pipeline.events import FinalTranscript, PartialTranscript, TurnCancelled, UserSpeaking
+from engine.pipeline.events import FinalTranscript, PartialTranscript, UserSpeaking
 from engine.server.user_turns import UserTurns
-from tests.server.test_server_protocol import handle, make, types
+from tests.server.test_server_protocol import clear_speech_in_progress, make, types
 
 
 def test_each_turn_starts_fresh_and_the_ones_before_stay_findable():
@@ -69,13 +68,7 @@ def test_speech_resumed_in_the_grace_keeps_its_turn_and_item():
 
 def test_a_cleared_turn_leaves_nothing_to_the_next_one():
     session, _unit, source, sent = make()
-    session.on_event(UserSpeaking(3, 4, True))
-    handle(session, {"type": "input_audio_buffer.clear"})
-    marker = source.read(0.0).marker
-    assert marker is InputMarker.CLEAR
-    session.on_marker(marker)
-    session.on_event(UserSpeaking(3, 4, False))
-    session.on_event(TurnCancelled(3, 4, "cleared"))
+    clear_speech_in_progress(session, source)
     assert "input_audio_buffer.committed" not in types(sent)
     session.on_event(UserSpeaking(3, 5, True))
     session.on_event(UserSpeaking(3, 5, False))  # the next turn commits as usual

@@ -13,19 +13,10 @@ import pytest
 
 from engine.pipeline.events import PartialTranscript
 from engine.pipeline.messages import SpeechSegment, Transcript
-from engine.runtime import compute_gate
-from engine.runtime.compute_gate import ComputeGate, UnitCompute, Urgency
+from engine.runtime.compute_gate import UnitCompute, Urgency
 from tests.stages.test_stt_continue import RATE, ScriptedStt, segment, stage_for
 from tests.support.stage_harness import run_stage
 from tests.support.threads import HeldGate
-
-
-@pytest.fixture
-def gate():
-    mine = ComputeGate(1, handoff_s=0.0)
-    old = compute_gate.set_compute_gate(mine)
-    yield mine
-    compute_gate.set_compute_gate(old)
 
 
 def _partial(ctx, revision: int) -> SpeechSegment:
