@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from engine.bench.report_flags import add_report_flags
 from engine.bench.variants import bench_variants
 from engine.bench.words import contains_word, corpus_word_error_rate, word_errors
 from engine.config import EngineConfig, config_from_flags
@@ -257,12 +258,7 @@ def build_parser(add_config_flags: Callable[[argparse.ArgumentParser], None] | N
                             "--compare stt.window=full,fit")
     group.add_argument("--variant", metavar="KEY=V[,KEY=V]", action="append", default=[],
                        help="a named set of settings to score beside the others")
-    group.add_argument("--json", action="store_true", help="print one JSON document on stdout")
-    group.add_argument("-v", "--verbose", action="store_true", help="log details to stderr")
-    if add_config_flags is not None:
-        add_config_flags(parser)
-    else:
-        parser.add_argument("--config", metavar="FILE", help="TOML engine config")
+    add_report_flags(parser, add_config_flags)
     return parser
 
 
